@@ -1,0 +1,93 @@
+/*
+ * simdev.h: the only simdev-specific interface. Everything else a program
+ * does with simdev goes through <cuda.h>, unchanged.
+ *
+ * A "kernel" on simdev is a host function that does the whole grid's work in
+ * one call. A program registers its host kernels by name and then finds them
+ * the way it would on a GPU (cuModuleLoadData + cuModuleGetFunction, or
+ * cuLibraryLoadData + cuLibraryGetKernel): simdev accepts any module image and
+ * resolves function names against the registry. So one source can carry PTX
+ * for a GPU and host kernels for simdev.
+ *
+ * Programs that must also run against NVIDIA's driver call the
+ * simdev_try_* helpers below, which look simdev up at run time and do nothing
+ * when the loaded libcuda.so.1 is not simdev.
+ */
+#ifndef SIMDEV_SIMDEV_H
+#define SIMDEV_SIMDEV_H
+
+#include <stddef.h>
+#include <dlfcn.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct simdev_launch {
+  unsigned int grid[3];
+  unsigned int block[3];
+  unsigned int shared_bytes;
+  unsigned int num_params;
+  /* params[i] points at a private copy of parameter i, taken at launch time. */
+  void* const* params;
+} simdev_launch;
+
+typedef void (*simdev_kernel_fn)(const simdev_launch* launch);
+
+typedef struct simdev_kernel_desc {
+  const char* name;              /* the name cuModuleGetFunction looks up */
+  simdev_kernel_fn fn;
+  unsigned int num_params;
+  const size_t* param_sizes;     /* num_params entries */
+  /* Optional: byte offsets of the parameters in the parameter buffer. NULL
+   * means natural layout: each parameter aligned to min(size rounded up to a
+   * power of two, 8). */
+  const size_t* param_offsets;
+  /* Modeled duration of one launch; the stream is busy at least this long.
+   * 0 means "as long as the host function takes". */
+  unsigned long long modeled_ns;
+} simdev_kernel_desc;
+
+/* Registers (or replaces) a kernel. Returns 0, or -1 on a bad descriptor.
+ * May be called before cuInit. */
+int simdev_register_kernel(const simdev_kernel_desc* desc);
+
+/* Arms fault injection from now on: the nth call (1-based, counted from this
+ * call) of the exported function `name` fails with `error` (a CUresult; 0
+ * picks the error that function documents for resource failure). Same effect
+ * as SIMDEV_FAIL="name:nth" in the environment. Returns 0, or -1 for an
+ * unknown function name. */
+int simdev_inject_fault(const char* name, unsigned long long nth, int error);
+
+/* Clears every armed fault. */
+void simdev_clear_faults(void);
+
+/* Device bytes in use right now (what cuMemGetInfo's total - free reports). */
+unsigned long long simdev_device_bytes_in_use(void);
+
+/* Host bytes held by HOST / HOST_NUMA physical allocations right now. */
+unsigned long long simdev_host_bytes_in_use(void);
+
+/* --- run-time lookup, so that the same program runs on NVIDIA's driver --- */
+
+static inline void* simdev_lookup_(const char* sym) {
+  return dlsym(RTLD_DEFAULT, sym);
+}
+
+/* Non-zero when the libcuda.so.1 in this process is simdev. */
+static inline int simdev_present(void) {
+  return simdev_lookup_("simdev_register_kernel") != NULL;
+}
+
+/* Registers a kernel when simdev is present; returns -1 otherwise. */
+static inline int simdev_try_register_kernel(const simdev_kernel_desc* desc) {
+  int (*fn)(const simdev_kernel_desc*) =
+      (int (*)(const simdev_kernel_desc*))simdev_lookup_("simdev_register_kernel");
+  return fn ? fn(desc) : -1;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SIMDEV_SIMDEV_H */

@@ -1,0 +1,526 @@
+#include "address_space.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+
+#include "state.h"
+
+namespace simdev {
+
+namespace {
+
+constexpr uint64_t kPage = 4096;
+// Gap left after each cuMemAlloc range so that running off its end lands in
+// unbacked device VA, as it would on a GPU, instead of in a neighbour.
+constexpr uint64_t kMemAllocGuard = 64 * 1024;
+
+bool map_none(uint64_t va, uint64_t size) {
+  void* p = mmap(reinterpret_cast<void*>(va), size, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  return p != MAP_FAILED;
+}
+
+int prot_of(CUmemAccess_flags device, CUmemAccess_flags host) {
+  auto rank = [](CUmemAccess_flags f) {
+    return f == CU_MEM_ACCESS_FLAGS_PROT_READWRITE ? 2 : f == CU_MEM_ACCESS_FLAGS_PROT_READ ? 1 : 0;
+  };
+  int r = std::max(rank(device), rank(host));
+  return r == 2 ? PROT_READ | PROT_WRITE : r == 1 ? PROT_READ : PROT_NONE;
+}
+
+bool overlaps(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1) { return a0 < b1 && b0 < a1; }
+
+}  // namespace
+
+PhysAlloc::~PhysAlloc() {
+  if (fd >= 0) close(fd);
+  if (counter) counter->fetch_sub(size);
+}
+
+CUresult AddressSpace::init(uint64_t va_bytes, uint64_t device_capacity, uint64_t host_capacity) {
+  // Over-reserve so the arena can start on a 2 MiB boundary.
+  uint64_t want = va_bytes + kGranularity;
+  void* p = mmap(nullptr, want, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  uint64_t raw = reinterpret_cast<uint64_t>(p);
+  arena_base_ = round_up(raw, kGranularity);
+  arena_size_ = va_bytes;
+  bump_ = arena_base_;
+  device_capacity_ = device_capacity;
+  host_capacity_ = host_capacity;
+  return CUDA_SUCCESS;
+}
+
+// Fresh VA first (bump), so a freed range stays unbacked as long as possible
+// and a use-after-free is caught; freed ranges are reused once it runs out.
+CUresult AddressSpace::alloc_va(uint64_t size, uint64_t alignment, uint64_t hint, uint64_t* out) {
+  uint64_t end = arena_base_ + arena_size_;
+  if (hint && aligned_to(hint, alignment) && hint >= bump_ && hint + size <= end) {
+    if (hint > bump_) free_va_[bump_] = hint - bump_;
+    bump_ = hint + size;
+    *out = hint;
+    return CUDA_SUCCESS;
+  }
+  uint64_t start = round_up(bump_, alignment);
+  if (start + size <= end) {
+    if (start > bump_) free_va_[bump_] = start - bump_;
+    bump_ = start + size;
+    *out = start;
+    return CUDA_SUCCESS;
+  }
+  for (auto it = free_va_.begin(); it != free_va_.end(); ++it) {
+    uint64_t b = round_up(it->first, alignment), e = it->first + it->second;
+    if (b + size > e) continue;
+    uint64_t fb = it->first;
+    free_va_.erase(it);
+    if (b > fb) free_va_[fb] = b - fb;
+    if (b + size < e) free_va_[b + size] = e - (b + size);
+    *out = b;
+    return CUDA_SUCCESS;
+  }
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+void AddressSpace::free_va(uint64_t base, uint64_t size) {
+  auto [it, inserted] = free_va_.emplace(base, size);
+  (void)inserted;
+  auto next = std::next(it);
+  if (next != free_va_.end() && it->first + it->second == next->first) {
+    it->second += next->second;
+    free_va_.erase(next);
+  }
+  if (it != free_va_.begin()) {
+    auto prev = std::prev(it);
+    if (prev->first + prev->second == it->first) {
+      prev->second += it->second;
+      free_va_.erase(it);
+    }
+  }
+}
+
+CUresult AddressSpace::reserve(uint64_t size, uint64_t alignment, uint64_t hint, uint64_t* out) {
+  if (size == 0 || !aligned_to(size, kGranularity)) return CUDA_ERROR_INVALID_VALUE;
+  if (alignment == 0) alignment = kGranularity;
+  if ((alignment & (alignment - 1)) != 0 || alignment < kGranularity) return CUDA_ERROR_INVALID_VALUE;
+  std::unique_lock lock(mu_);
+  uint64_t base = 0;
+  if (CUresult e = alloc_va(size, alignment, hint, &base)) return e;
+  Reservation r;
+  r.base = base;
+  r.size = size;
+  r.origin = Origin::kReserve;
+  r.buffer_id = next_buffer_id_++;
+  reservations_.emplace(base, std::move(r));
+  *out = base;
+  return CUDA_SUCCESS;
+}
+
+CUresult AddressSpace::free_reservation(uint64_t base, uint64_t size) {
+  std::unique_lock lock(mu_);
+  auto it = reservations_.find(base);
+  if (it == reservations_.end() || it->second.origin != Origin::kReserve || it->second.size != size)
+    return CUDA_ERROR_INVALID_VALUE;
+  // Whatever is still mapped goes with the reservation, as with the driver.
+  wait_until_unused(base, base + size);
+  if (!map_none(base, size)) return CUDA_ERROR_UNKNOWN;
+  reservations_.erase(it);
+  free_va(base, size);
+  return CUDA_SUCCESS;
+}
+
+std::shared_ptr<PhysAlloc> AddressSpace::new_phys(uint64_t size, const CUmemAllocationProp& prop,
+                                                 bool anonymous, CUresult* err) {
+  bool on_host = prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE;
+  std::atomic<uint64_t>& counter = on_host ? host_used_ : device_used_;
+  uint64_t cap = on_host ? host_capacity_ : device_capacity_;
+  uint64_t used = counter.load();
+  do {
+    if (used + size > cap || used + size < used) {
+      *err = CUDA_ERROR_OUT_OF_MEMORY;
+      return nullptr;
+    }
+  } while (!counter.compare_exchange_weak(used, used + size));
+  auto phys = std::make_shared<PhysAlloc>();
+  phys->size = size;
+  phys->prop = prop;
+  phys->on_host = on_host;
+  phys->counter = &counter;
+  if (!anonymous) {
+    phys->fd = memfd_create("simdev-physical", MFD_CLOEXEC);
+    if (phys->fd < 0 || ftruncate(phys->fd, static_cast<off_t>(size)) != 0) {
+      *err = CUDA_ERROR_OUT_OF_MEMORY;
+      return nullptr;  // the destructor closes the fd and returns the bytes
+    }
+  }
+  *err = CUDA_SUCCESS;
+  return phys;
+}
+
+CUresult AddressSpace::create(uint64_t size, const CUmemAllocationProp& prop, CUmemGenericAllocationHandle* out) {
+  if (size == 0 || !aligned_to(size, kGranularity)) return CUDA_ERROR_INVALID_VALUE;
+  CUresult err;
+  auto phys = new_phys(size, prop, false, &err);
+  if (!phys) return err;
+  std::unique_lock lock(mu_);
+  CUmemGenericAllocationHandle h = next_handle_++;
+  handles_[h] = HandleEntry{std::move(phys), 1};
+  *out = h;
+  return CUDA_SUCCESS;
+}
+
+CUresult AddressSpace::release(CUmemGenericAllocationHandle h) {
+  std::unique_lock lock(mu_);
+  auto it = handles_.find(h);
+  if (it == handles_.end()) return CUDA_ERROR_INVALID_VALUE;
+  if (--it->second.user_refs == 0) handles_.erase(it);  // mappings keep the memory alive
+  return CUDA_SUCCESS;
+}
+
+CUresult AddressSpace::retain(uint64_t addr, CUmemGenericAllocationHandle* out) {
+  std::unique_lock lock(mu_);
+  Reservation* r = reservation_of(addr);
+  if (!r || r->origin != Origin::kReserve) return CUDA_ERROR_INVALID_VALUE;
+  auto m = r->maps.upper_bound(addr);
+  if (m == r->maps.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --m;
+  if (addr >= m->second.va + m->second.size) return CUDA_ERROR_INVALID_VALUE;
+  for (auto& [h, e] : handles_) {
+    if (e.phys == m->second.phys) {
+      ++e.user_refs;
+      *out = h;
+      return CUDA_SUCCESS;
+    }
+  }
+  CUmemGenericAllocationHandle h = next_handle_++;
+  handles_[h] = HandleEntry{m->second.phys, 1};
+  *out = h;
+  return CUDA_SUCCESS;
+}
+
+CUresult AddressSpace::properties(CUmemGenericAllocationHandle h, CUmemAllocationProp* out) {
+  std::shared_lock lock(mu_);
+  auto it = handles_.find(h);
+  if (it == handles_.end()) return CUDA_ERROR_INVALID_VALUE;
+  *out = it->second.phys->prop;
+  return CUDA_SUCCESS;
+}
+
+Reservation* AddressSpace::reservation_of(uint64_t p) {
+  auto it = reservations_.upper_bound(p);
+  if (it == reservations_.begin()) return nullptr;
+  --it;
+  return p < it->second.base + it->second.size ? &it->second : nullptr;
+}
+
+const Reservation* AddressSpace::reservation_of(uint64_t p) const {
+  return const_cast<AddressSpace*>(this)->reservation_of(p);
+}
+
+const HostRange* AddressSpace::host_range_of(uint64_t p) const {
+  auto it = host_ranges_.upper_bound(p);
+  if (it == host_ranges_.begin()) return nullptr;
+  --it;
+  return p < it->second.base + it->second.size ? &it->second : nullptr;
+}
+
+CUresult AddressSpace::map(uint64_t va, uint64_t size, uint64_t offset, CUmemGenericAllocationHandle h) {
+  if (!aligned_to(va, kGranularity) || size == 0 || !aligned_to(size, kGranularity) ||
+      offset % kGranularity != 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  std::unique_lock lock(mu_);
+  auto hit = handles_.find(h);
+  if (hit == handles_.end()) return CUDA_ERROR_INVALID_HANDLE;
+  auto phys = hit->second.phys;
+  if (offset + size > phys->size) return CUDA_ERROR_INVALID_VALUE;
+  Reservation* r = reservation_of(va);
+  if (!r || r->origin != Origin::kReserve || va + size > r->base + r->size) return CUDA_ERROR_INVALID_VALUE;
+  for (auto& [mva, m] : r->maps)
+    if (overlaps(va, va + size, mva, mva + m.size)) return CUDA_ERROR_INVALID_VALUE;
+  void* p = mmap(reinterpret_cast<void*>(va), size, PROT_NONE, MAP_SHARED | MAP_FIXED, phys->fd,
+                 static_cast<off_t>(offset));
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  Mapping m;
+  m.va = va;
+  m.size = size;
+  m.offset = offset;
+  m.phys = std::move(phys);
+  r->maps.emplace(va, std::move(m));
+  return CUDA_SUCCESS;
+}
+
+CUresult AddressSpace::unmap(uint64_t va, uint64_t size) {
+  if (!aligned_to(va, kGranularity) || size == 0 || !aligned_to(size, kGranularity))
+    return CUDA_ERROR_INVALID_VALUE;
+  std::unique_lock lock(mu_);
+  Reservation* r = reservation_of(va);
+  if (!r || r->origin != Origin::kReserve || va + size > r->base + r->size) return CUDA_ERROR_INVALID_VALUE;
+  // The range must be made of whole mappings, with no hole.
+  uint64_t cursor = va;
+  auto it = r->maps.find(va);
+  auto first = it;
+  while (cursor < va + size) {
+    if (it == r->maps.end() || it->first != cursor || cursor + it->second.size > va + size)
+      return CUDA_ERROR_INVALID_VALUE;
+    cursor += it->second.size;
+    ++it;
+  }
+  wait_until_unused(va, va + size);
+  if (!map_none(va, size)) return CUDA_ERROR_UNKNOWN;
+  r->maps.erase(first, it);
+  return CUDA_SUCCESS;
+}
+
+CUresult AddressSpace::set_access(uint64_t va, uint64_t size, const CUmemAccessDesc* desc, size_t count) {
+  if (!desc || count == 0 || size == 0 || !aligned_to(va, kGranularity) || !aligned_to(size, kGranularity))
+    return CUDA_ERROR_INVALID_VALUE;
+  for (size_t i = 0; i < count; ++i) {
+    const CUmemLocation& l = desc[i].location;
+    bool ok_loc = (l.type == CU_MEM_LOCATION_TYPE_DEVICE && l.id == 0) ||
+                  l.type == CU_MEM_LOCATION_TYPE_HOST ||
+                  (l.type == CU_MEM_LOCATION_TYPE_HOST_NUMA && l.id >= 0);
+    bool ok_flags = desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE ||
+                    desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ ||
+                    desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    if (l.type == CU_MEM_LOCATION_TYPE_DEVICE && l.id != 0) return CUDA_ERROR_INVALID_DEVICE;
+    if (!ok_loc || !ok_flags) return CUDA_ERROR_INVALID_VALUE;
+  }
+  std::unique_lock lock(mu_);
+  Reservation* r = reservation_of(va);
+  if (!r || r->origin != Origin::kReserve || va + size > r->base + r->size) return CUDA_ERROR_INVALID_VALUE;
+  // Every byte of the range must be mapped.
+  std::vector<Mapping*> covered;
+  uint64_t cursor = va;
+  auto it = r->maps.upper_bound(va);
+  if (it != r->maps.begin()) --it;
+  for (; it != r->maps.end() && cursor < va + size; ++it) {
+    Mapping& m = it->second;
+    if (m.va + m.size <= cursor) continue;
+    if (m.va > cursor) return CUDA_ERROR_INVALID_VALUE;
+    covered.push_back(&m);
+    cursor = m.va + m.size;
+  }
+  if (cursor < va + size) return CUDA_ERROR_INVALID_VALUE;
+  for (Mapping* m : covered) {
+    for (size_t i = 0; i < count; ++i) {
+      if (desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE) m->device_access = desc[i].flags;
+      else m->host_access = desc[i].flags;
+    }
+    uint64_t b = std::max(m->va, va), e = std::min(m->va + m->size, va + size);
+    if (mprotect(reinterpret_cast<void*>(b), e - b, prot_of(m->device_access, m->host_access)) != 0)
+      return CUDA_ERROR_UNKNOWN;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult AddressSpace::get_access(unsigned long long* flags, const CUmemLocation& loc, uint64_t va) {
+  std::shared_lock lock(mu_);
+  const Reservation* r = reservation_of(va);
+  if (!r) return CUDA_ERROR_INVALID_VALUE;
+  auto it = r->maps.upper_bound(va);
+  if (it == r->maps.begin()) return CUDA_ERROR_INVALID_VALUE;
+  --it;
+  const Mapping& m = it->second;
+  if (va >= m.va + m.size) return CUDA_ERROR_INVALID_VALUE;
+  if (loc.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+    if (loc.id != 0) return CUDA_ERROR_INVALID_DEVICE;
+    *flags = m.device_access;
+  } else if (loc.type == CU_MEM_LOCATION_TYPE_HOST || loc.type == CU_MEM_LOCATION_TYPE_HOST_NUMA) {
+    *flags = m.host_access;
+  } else {
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult AddressSpace::mem_alloc(uint64_t size, uint64_t* out) {
+  if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t bytes = round_up(size, kPage);
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = 0;
+  CUresult err;
+  auto phys = new_phys(bytes, prop, true, &err);
+  if (!phys) return err;
+  std::unique_lock lock(mu_);
+  uint64_t base = 0;
+  if (CUresult e = alloc_va(bytes + kMemAllocGuard, kPage, 0, &base)) return e;
+  void* p = mmap(reinterpret_cast<void*>(base), bytes, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  if (p == MAP_FAILED) {
+    free_va(base, bytes + kMemAllocGuard);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  Reservation r;
+  r.base = base;
+  r.size = bytes + kMemAllocGuard;
+  r.user_size = size;
+  r.origin = Origin::kMemAlloc;
+  r.buffer_id = next_buffer_id_++;
+  Mapping m;
+  m.va = base;
+  m.size = bytes;
+  m.phys = std::move(phys);
+  m.device_access = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  m.host_access = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  r.maps.emplace(base, std::move(m));
+  reservations_.emplace(base, std::move(r));
+  *out = base;
+  return CUDA_SUCCESS;
+}
+
+CUresult AddressSpace::mem_free(uint64_t base) {
+  std::unique_lock lock(mu_);
+  auto it = reservations_.find(base);
+  if (it == reservations_.end() || it->second.origin != Origin::kMemAlloc) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t size = it->second.size;
+  wait_until_unused(base, base + size);
+  if (!map_none(base, size)) return CUDA_ERROR_UNKNOWN;
+  reservations_.erase(it);
+  free_va(base, size);
+  return CUDA_SUCCESS;
+}
+
+CUresult AddressSpace::host_alloc(uint64_t size, unsigned flags, void** out) {
+  if (size == 0) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t bytes = round_up(size, kPage);
+  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::unique_lock lock(mu_);
+  uint64_t b = reinterpret_cast<uint64_t>(p);
+  host_ranges_[b] = HostRange{b, bytes, flags, true, next_buffer_id_++};
+  *out = p;
+  return CUDA_SUCCESS;
+}
+
+CUresult AddressSpace::host_free(void* p) {
+  std::unique_lock lock(mu_);
+  auto it = host_ranges_.find(reinterpret_cast<uint64_t>(p));
+  if (it == host_ranges_.end() || !it->second.owned) return CUDA_ERROR_INVALID_VALUE;
+  uint64_t b = it->second.base, s = it->second.size;
+  wait_until_unused(b, b + s);
+  host_ranges_.erase(it);
+  munmap(p, s);
+  return CUDA_SUCCESS;
+}
+
+CUresult AddressSpace::host_register(void* p, uint64_t size, unsigned flags) {
+  uint64_t b = reinterpret_cast<uint64_t>(p);
+  if (!p || size == 0) return CUDA_ERROR_INVALID_VALUE;
+  if (in_arena(b)) return CUDA_ERROR_INVALID_VALUE;
+  std::unique_lock lock(mu_);
+  auto it = host_ranges_.lower_bound(b);
+  if (it != host_ranges_.end() && it->first < b + size) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  if (host_range_of(b)) return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
+  host_ranges_[b] = HostRange{b, size, flags, false, next_buffer_id_++};
+  return CUDA_SUCCESS;
+}
+
+CUresult AddressSpace::host_unregister(void* p) {
+  std::unique_lock lock(mu_);
+  auto it = host_ranges_.find(reinterpret_cast<uint64_t>(p));
+  if (it == host_ranges_.end() || it->second.owned) return CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED;
+  uint64_t b = it->second.base, s = it->second.size;
+  wait_until_unused(b, b + s);
+  host_ranges_.erase(it);
+  return CUDA_SUCCESS;
+}
+
+Resolved AddressSpace::resolve(uint64_t p) const {
+  Resolved out;
+  std::shared_lock lock(mu_);
+  if (in_arena(p)) {
+    out.kind = Resolved::kDeviceUnbacked;
+    const Reservation* r = reservation_of(p);
+    if (!r) return out;
+    auto it = r->maps.upper_bound(p);
+    if (it == r->maps.begin()) return out;
+    --it;
+    const Mapping& m = it->second;
+    if (p >= m.va + m.size) return out;
+    out.kind = Resolved::kDeviceMapped;
+    out.host_backed = m.phys->on_host;
+    out.buffer_id = r->buffer_id;
+    if (r->origin == Origin::kMemAlloc) {
+      out.range_base = r->base;
+      out.range_size = r->user_size;
+    } else {
+      out.range_base = m.va;
+      out.range_size = m.size;
+    }
+    return out;
+  }
+  if (const HostRange* h = host_range_of(p)) {
+    out.kind = Resolved::kPinnedHost;
+    out.range_base = h->base;
+    out.range_size = h->size;
+    out.buffer_id = h->buffer_id;
+  }
+  return out;
+}
+
+CUresult AddressSpace::check_access_locked(const Access& a, std::vector<std::pair<uint64_t, uint64_t>>& ranges) const {
+  if (!in_arena(a.ptr)) {
+    // Host memory: pinned or pageable, the work may touch it as it is.
+    if (a.bytes) ranges.emplace_back(a.ptr, a.ptr + a.bytes);
+    return CUDA_SUCCESS;
+  }
+  uint64_t cursor = a.ptr, end = a.ptr + std::max<uint64_t>(a.bytes, 1);
+  while (cursor < end) {
+    const Reservation* r = reservation_of(cursor);
+    if (!r) return CUDA_ERROR_ILLEGAL_ADDRESS;
+    auto it = r->maps.upper_bound(cursor);
+    if (it == r->maps.begin()) return CUDA_ERROR_ILLEGAL_ADDRESS;
+    --it;
+    const Mapping& m = it->second;
+    if (cursor >= m.va + m.size) return CUDA_ERROR_ILLEGAL_ADDRESS;
+    bool ok = a.write ? m.device_access == CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                      : m.device_access != CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    if (!ok) return CUDA_ERROR_ILLEGAL_ADDRESS;
+    if (a.whole_mapping) {
+      ranges.emplace_back(m.va, m.va + m.size);
+      return CUDA_SUCCESS;
+    }
+    ranges.emplace_back(cursor, std::min(end, m.va + m.size));
+    cursor = m.va + m.size;
+  }
+  return CUDA_SUCCESS;
+}
+
+CUresult AddressSpace::begin_use(const Access* accesses, size_t n, uint64_t* token) {
+  ActiveUse use;
+  std::shared_lock lock(mu_);
+  for (size_t i = 0; i < n; ++i)
+    if (CUresult e = check_access_locked(accesses[i], use.ranges)) return e;
+  std::lock_guard ulock(use_mu_);
+  use.token = next_token_++;
+  *token = use.token;
+  active_.push_back(std::move(use));
+  return CUDA_SUCCESS;
+}
+
+void AddressSpace::end_use(uint64_t token) {
+  std::lock_guard ulock(use_mu_);
+  auto it = std::find_if(active_.begin(), active_.end(), [&](const ActiveUse& u) { return u.token == token; });
+  if (it != active_.end()) active_.erase(it);
+  use_cv_.notify_all();
+}
+
+void AddressSpace::wait_until_unused(uint64_t begin, uint64_t end) {
+  std::unique_lock ulock(use_mu_);
+  auto busy = [&] {
+    for (const ActiveUse& u : active_)
+      for (auto [b, e] : u.ranges)
+        if (overlaps(b, e, begin, end)) return true;
+    return false;
+  };
+  if (!busy()) return;
+  use_cv_.wait(ulock, [&] { return !busy(); });
+  // Memory was taken away from work that was using it: a GPU would fault.
+  raise_sticky_error(CUDA_ERROR_ILLEGAL_ADDRESS);
+}
+
+}  // namespace simdev

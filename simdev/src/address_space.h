@@ -1,0 +1,151 @@
+// The simulated device's memory: one address space shared with the host, as
+// with UVA. Device virtual addresses live in one big PROT_NONE arena, so an
+// address that is reserved-but-unmapped, freed, or never handed out is
+// recognisably "device, not backed" and work touching it fails with
+// CUDA_ERROR_ILLEGAL_ADDRESS instead of reading whatever is there.
+//
+// Physical allocations are memfds (DEVICE ones count against SIMDEV_MEM,
+// HOST/HOST_NUMA ones against host memory); cuMemMap maps the memfd at the VA
+// with no access, cuMemSetAccess opens it, cuMemUnmap returns the range to
+// PROT_NONE. Pinned host memory (cuMemHostAlloc/Register) is tracked by range.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "common.h"
+
+namespace simdev {
+
+struct PhysAlloc {
+  int fd = -1;  // -1: anonymous shared memory (cuMemAlloc)
+  uint64_t size = 0;
+  CUmemAllocationProp prop{};
+  bool on_host = false;  // HOST / HOST_NUMA location
+  std::atomic<uint64_t>* counter = nullptr;  // capacity it is charged to
+  ~PhysAlloc();
+};
+
+struct Mapping {
+  uint64_t va = 0, size = 0, offset = 0;
+  std::shared_ptr<PhysAlloc> phys;
+  CUmemAccess_flags device_access = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  CUmemAccess_flags host_access = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+};
+
+enum class Origin { kReserve, kMemAlloc };
+
+struct Reservation {
+  uint64_t base = 0, size = 0;
+  uint64_t user_size = 0;  // what cuMemAlloc was asked for
+  Origin origin = Origin::kReserve;
+  uint64_t buffer_id = 0;
+  std::map<uint64_t, Mapping> maps;  // by VA
+};
+
+struct HostRange {
+  uint64_t base = 0, size = 0;
+  unsigned flags = 0;
+  bool owned = false;  // cuMemHostAlloc (we munmap) vs cuMemHostRegister
+  uint64_t buffer_id = 0;
+};
+
+// What a pointer is, for pointer attributes, copies and launch checks.
+struct Resolved {
+  enum Kind { kUnknown, kDeviceMapped, kDeviceUnbacked, kPinnedHost } kind = kUnknown;
+  uint64_t range_base = 0, range_size = 0;
+  bool host_backed = false;  // device VA backed by a HOST/HOST_NUMA handle
+  uint64_t buffer_id = 0;
+};
+
+// One memory access that queued work is about to make.
+struct Access {
+  uint64_t ptr = 0, bytes = 0;
+  bool write = false;
+  // Kernels: a pointer word lets the kernel reach the whole mapping it
+  // points into, so the whole mapping is in use while the kernel runs.
+  bool whole_mapping = false;
+};
+
+class AddressSpace {
+ public:
+  CUresult init(uint64_t va_bytes, uint64_t device_capacity, uint64_t host_capacity);
+  bool in_arena(uint64_t p) const { return p >= arena_base_ && p < arena_base_ + arena_size_; }
+
+  CUresult reserve(uint64_t size, uint64_t alignment, uint64_t hint, uint64_t* out);
+  CUresult free_reservation(uint64_t base, uint64_t size);
+
+  CUresult create(uint64_t size, const CUmemAllocationProp& prop, CUmemGenericAllocationHandle* out);
+  CUresult release(CUmemGenericAllocationHandle h);
+  CUresult retain(uint64_t addr, CUmemGenericAllocationHandle* out);
+  CUresult properties(CUmemGenericAllocationHandle h, CUmemAllocationProp* out);
+  CUresult map(uint64_t va, uint64_t size, uint64_t offset, CUmemGenericAllocationHandle h);
+  CUresult unmap(uint64_t va, uint64_t size);
+  CUresult set_access(uint64_t va, uint64_t size, const CUmemAccessDesc* desc, size_t count);
+  CUresult get_access(unsigned long long* flags, const CUmemLocation& loc, uint64_t va);
+
+  CUresult mem_alloc(uint64_t size, uint64_t* out);
+  CUresult mem_free(uint64_t base);
+
+  CUresult host_alloc(uint64_t size, unsigned flags, void** out);
+  CUresult host_free(void* p);
+  CUresult host_register(void* p, uint64_t size, unsigned flags);
+  CUresult host_unregister(void* p);
+
+  Resolved resolve(uint64_t p) const;
+
+  // Queued work calls begin_use() right before it touches memory and
+  // end_use() right after. begin_use() fails with ILLEGAL_ADDRESS when an
+  // access names device VA that is not mapped with the access it needs. A
+  // concurrent unmap of a range in use waits for the work, then poisons the
+  // context: the real device would have faulted.
+  CUresult begin_use(const Access* accesses, size_t n, uint64_t* token);
+  void end_use(uint64_t token);
+
+  uint64_t device_used() const { return device_used_.load(); }
+  uint64_t host_used() const { return host_used_.load(); }
+  uint64_t device_capacity() const { return device_capacity_; }
+
+ private:
+  struct ActiveUse {
+    uint64_t token;
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [begin, end)
+  };
+
+  CUresult alloc_va(uint64_t size, uint64_t alignment, uint64_t hint, uint64_t* out);
+  void free_va(uint64_t base, uint64_t size);
+  Reservation* reservation_of(uint64_t p);
+  const Reservation* reservation_of(uint64_t p) const;
+  const HostRange* host_range_of(uint64_t p) const;
+  CUresult check_access_locked(const Access& a, std::vector<std::pair<uint64_t, uint64_t>>& ranges) const;
+  void wait_until_unused(uint64_t begin, uint64_t end);  // caller holds mu_ exclusively
+  std::shared_ptr<PhysAlloc> new_phys(uint64_t size, const CUmemAllocationProp& prop, bool anonymous, CUresult* err);
+
+  uint64_t arena_base_ = 0, arena_size_ = 0, bump_ = 0;
+  std::map<uint64_t, uint64_t> free_va_;  // base -> size, below bump_
+  uint64_t device_capacity_ = 0, host_capacity_ = 0;
+  std::atomic<uint64_t> device_used_{0}, host_used_{0};
+
+  mutable std::shared_mutex mu_;
+  std::map<uint64_t, Reservation> reservations_;  // by base
+  std::map<uint64_t, HostRange> host_ranges_;     // by base
+  struct HandleEntry {
+    std::shared_ptr<PhysAlloc> phys;
+    int user_refs = 0;
+  };
+  std::unordered_map<CUmemGenericAllocationHandle, HandleEntry> handles_;
+  uint64_t next_handle_ = 1, next_buffer_id_ = 1;
+
+  std::mutex use_mu_;
+  std::condition_variable use_cv_;
+  std::vector<ActiveUse> active_;
+  uint64_t next_token_ = 1;
+};
+
+}  // namespace simdev

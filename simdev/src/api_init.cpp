@@ -1,0 +1,109 @@
+// Initialisation, versions and the one simulated device.
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+#include "state.h"
+
+using namespace simdev;
+
+namespace {
+
+constexpr int kDriverVersion = 13000;
+constexpr const char* kDeviceName = "simdev (simulated H200-class device)";
+
+CUresult initialize() {
+  State& s = state();
+  if (!s.config_error.empty()) {
+    std::fprintf(stderr, "%s\n", s.config_error.c_str());
+    return CUDA_ERROR_INVALID_VALUE;
+  }
+  // Each physical allocation is a memfd: give the process room for many.
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < lim.rlim_max) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+  if (CUresult e = s.memory.init(s.config.va_bytes, s.config.device_bytes, s.config.host_bytes)) return e;
+  s.initialized.store(true, std::memory_order_release);
+  return CUDA_SUCCESS;
+}
+
+CUresult check_device(CUdevice dev) { return dev >= 0 && dev < kDeviceCount ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE; }
+
+}  // namespace
+
+SIMDEV_API CUresult CUDAAPI cuInit(unsigned int flags) {
+  SIMDEV_FAULT_POINT("cuInit", CUDA_ERROR_NO_DEVICE);
+  if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  static std::once_flag once;
+  static CUresult result = CUDA_SUCCESS;
+  std::call_once(once, [] { result = initialize(); });
+  return result;
+}
+
+SIMDEV_API CUresult CUDAAPI cuDriverGetVersion(int* version) {
+  if (!version) return CUDA_ERROR_INVALID_VALUE;
+  *version = kDriverVersion;
+  return CUDA_SUCCESS;
+}
+
+SIMDEV_API CUresult CUDAAPI cuDeviceGetCount(int* count) {
+  SIMDEV_ENTER("cuDeviceGetCount", CUDA_ERROR_NO_DEVICE);
+  if (!count) return CUDA_ERROR_INVALID_VALUE;
+  *count = kDeviceCount;
+  return CUDA_SUCCESS;
+}
+
+SIMDEV_API CUresult CUDAAPI cuDeviceGet(CUdevice* device, int ordinal) {
+  SIMDEV_ENTER("cuDeviceGet", CUDA_ERROR_INVALID_DEVICE);
+  if (!device) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = check_device(ordinal)) return e;
+  *device = ordinal;
+  return CUDA_SUCCESS;
+}
+
+SIMDEV_API CUresult CUDAAPI cuDeviceGetName(char* name, int len, CUdevice dev) {
+  SIMDEV_ENTER("cuDeviceGetName", CUDA_ERROR_INVALID_DEVICE);
+  if (!name || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = check_device(dev)) return e;
+  std::snprintf(name, static_cast<size_t>(len), "%s", kDeviceName);
+  return CUDA_SUCCESS;
+}
+
+SIMDEV_API CUresult CUDAAPI cuDeviceGetUuid_v2(CUuuid* uuid, CUdevice dev) {
+  SIMDEV_ENTER("cuDeviceGetUuid_v2", CUDA_ERROR_INVALID_DEVICE);
+  if (!uuid) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = check_device(dev)) return e;
+  std::memcpy(uuid->bytes, "simdev-device-00", sizeof uuid->bytes);
+  uuid->bytes[15] = static_cast<char>('0' + dev);
+  return CUDA_SUCCESS;
+}
+
+SIMDEV_API CUresult CUDAAPI cuDeviceGetUuid(CUuuid* uuid, CUdevice dev) { return cuDeviceGetUuid_v2(uuid, dev); }
+
+SIMDEV_API CUresult CUDAAPI cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
+  SIMDEV_ENTER("cuDeviceTotalMem_v2", CUDA_ERROR_INVALID_DEVICE);
+  if (!bytes) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = check_device(dev)) return e;
+  *bytes = state().memory.device_capacity();
+  return CUDA_SUCCESS;
+}
+
+SIMDEV_API CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attribute attr, CUdevice dev) {
+  SIMDEV_ENTER("cuDeviceGetAttribute", CUDA_ERROR_INVALID_VALUE);
+  if (!value) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = check_device(dev)) return e;
+  return device_attribute(attr, value);
+}
+
+SIMDEV_API CUresult CUDAAPI cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
+  SIMDEV_ENTER("cuDeviceComputeCapability", CUDA_ERROR_INVALID_DEVICE);
+  if (!major || !minor) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = check_device(dev)) return e;
+  device_attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, major);
+  device_attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, minor);
+  return CUDA_SUCCESS;
+}

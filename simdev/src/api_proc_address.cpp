@@ -1,0 +1,63 @@
+// cuGetProcAddress: the entry point of a driver symbol for a requested CUDA
+// version and default-stream flavour, as libcudart and PyTorch look them up.
+#include <cstring>
+
+#include "proc_table.h"
+#include "state.h"
+
+namespace simdev {
+
+bool is_implemented_name(const std::string& exported) {
+  for (unsigned i = 0; i < driver_proc_table_size; ++i) {
+    const simdev_proc_entry& e = driver_proc_table[i];
+    if (exported == e.exported) return e.fn != e.stub;
+  }
+  return false;
+}
+
+}  // namespace simdev
+
+using namespace simdev;
+
+namespace {
+
+CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
+  if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
+  constexpr cuuint64_t kKnown = CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  if (flags & ~kKnown) return CUDA_ERROR_INVALID_VALUE;
+  bool per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+  const simdev_proc_entry* best_plain = nullptr;
+  const simdev_proc_entry* best_per_thread = nullptr;
+  bool known = false;
+  for (unsigned i = 0; i < driver_proc_table_size; ++i) {
+    const simdev_proc_entry& e = driver_proc_table[i];
+    if (std::strcmp(e.symbol, symbol) != 0) continue;
+    known = true;
+    if (e.version > version) continue;
+    const simdev_proc_entry*& best = e.per_thread ? best_per_thread : best_plain;
+    if (!best || e.version > best->version) best = &e;
+  }
+  // The per-thread form where one exists, else the only form there is.
+  const simdev_proc_entry* pick = per_thread && best_per_thread ? best_per_thread : best_plain;
+  *pfn = nullptr;
+  if (!pick) {
+    if (status) *status = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return CUDA_ERROR_NOT_FOUND;
+  }
+  *pfn = pick->fn;
+  if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;
+  return CUDA_SUCCESS;
+}
+
+}  // namespace
+
+SIMDEV_API CUresult CUDAAPI cuGetProcAddress_v2(const char* symbol, void** pfn, int version, cuuint64_t flags,
+                                                CUdriverProcAddressQueryResult* status) {
+  // Lookups work before cuInit: libcudart resolves cuInit itself this way.
+  SIMDEV_FAULT_POINT("cuGetProcAddress_v2", CUDA_ERROR_NOT_FOUND);
+  return lookup(symbol, pfn, version, flags, status);
+}
+
+SIMDEV_API CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags) {
+  return cuGetProcAddress_v2(symbol, pfn, version, flags, nullptr);
+}

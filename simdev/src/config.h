@@ -1,0 +1,35 @@
+// simdev's knobs, read once from the environment when the library loads.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+namespace simdev {
+
+// How an attribute override answers: a value, or an error (as some drivers
+// answer CUDA_ERROR_INVALID_VALUE for attributes newer than themselves).
+struct AttributeOverride {
+  int value = 0;
+  int error = 0;  // a CUresult; 0 means "answer value"
+};
+
+struct Config {
+  uint64_t device_bytes = uint64_t{4} << 30;  // SIMDEV_MEM
+  uint64_t host_bytes = 0;                    // SIMDEV_HOST_MEM (0: physical RAM)
+  uint64_t va_bytes = uint64_t{256} << 30;    // SIMDEV_VA: device VA space
+  double h2d_bytes_per_ns = 0;                // SIMDEV_H2D_GBPS (0: unthrottled)
+  double d2h_bytes_per_ns = 0;                // SIMDEV_D2H_GBPS
+  int host_numa_id = 0;                       // SIMDEV_HOST_NUMA_ID
+  std::map<int, AttributeOverride> attributes;  // SIMDEV_ATTRS="145:0,141:invalid"
+  std::string fail_spec;                        // SIMDEV_FAIL, applied by faults.cpp
+  std::string error;  // non-empty: a variable was malformed; cuInit refuses
+};
+
+// Parses "4GiB", "256MiB", "1048576", "1.5GB"; nullopt when malformed.
+std::optional<uint64_t> parse_bytes(const std::string& text);
+
+Config load_config_from_env();
+
+}  // namespace simdev

@@ -1,0 +1,24 @@
+// One copy engine per direction, shared by every stream: copies in the same
+// direction run one after the other, the two directions overlap. With a
+// modeled bandwidth, a copy occupies its engine for bytes / bandwidth.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <mutex>
+
+namespace simdev {
+
+class CopyEngine {
+ public:
+  void set_bandwidth(double bytes_per_ns) { bytes_per_ns_ = bytes_per_ns; }
+  void transfer(void* dst, const void* src, size_t bytes);
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  std::mutex mu_;
+  Clock::time_point busy_until_{};
+  double bytes_per_ns_ = 0;  // 0: as fast as memcpy
+};
+
+}  // namespace simdev

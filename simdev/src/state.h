@@ -1,0 +1,73 @@
+// Process-wide state of the simulated driver: one device, its contexts, its
+// memory, its copy engines, and the sticky error that poisons a context.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "address_space.h"
+#include "config.h"
+#include "copy_engine.h"
+#include "faults.h"
+
+namespace simdev {
+
+class Stream;
+
+struct Context {
+  int device = 0;
+  bool primary = false;
+  unsigned flags = 0;
+  unsigned long long id = 0;
+  std::shared_ptr<Stream> legacy_stream;  // the NULL stream's legacy form
+};
+
+struct State {
+  Config config;
+  std::string config_error;
+  std::atomic<bool> initialized{false};
+  std::atomic<int> sticky{CUDA_SUCCESS};
+
+  std::mutex ctx_mu;
+  Context* primary = nullptr;
+  int primary_refs = 0;
+  unsigned primary_flags = 0;
+  std::set<Context*> contexts;  // live ones, primary included
+  unsigned long long next_ctx_id = 1;
+
+  AddressSpace memory;
+  CopyEngine h2d, d2h;
+};
+
+// Never destroyed: worker threads may use it until the process exits.
+State& state();
+
+inline constexpr int kDeviceCount = 1;
+
+CUresult check_initialized();
+// The calling thread's current context; INVALID_CONTEXT when none; the
+// sticky error once the context is poisoned.
+CUresult current_context(Context** out);
+void raise_sticky_error(CUresult e);
+bool valid_context(CUcontext c);
+
+// Device attribute as this simulated device (an H200-like part) answers it.
+CUresult device_attribute(CUdevice_attribute attr, int* value);
+
+}  // namespace simdev
+
+// Entry of every exported function: initialised, then fault injection.
+#define SIMDEV_ENTER(name, resource_error)                                 \
+  do {                                                                     \
+    if (CUresult simdev_init_ = ::simdev::check_initialized()) return simdev_init_; \
+    SIMDEV_FAULT_POINT(name, resource_error);                              \
+  } while (0)
+
+// ... plus a current, healthy context, bound to `ctx`.
+#define SIMDEV_ENTER_CTX(name, resource_error, ctx)                        \
+  SIMDEV_ENTER(name, resource_error);                                      \
+  ::simdev::Context* ctx = nullptr;                                        \
+  if (CUresult simdev_ctx_ = ::simdev::current_context(&ctx)) return simdev_ctx_

@@ -1,0 +1,236 @@
+#include "stream.h"
+
+#include <atomic>
+#include <map>
+#include <unordered_map>
+
+#include "state.h"
+
+namespace simdev {
+
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  std::unordered_map<Stream*, StreamPtr> live;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: workers outlive main
+  return *r;
+}
+
+std::atomic<unsigned long long> g_next_stream_id{1};
+
+// The per-thread default stream of each context, gone with the thread.
+struct PerThreadStreams {
+  std::map<Context*, StreamPtr> by_context;
+  ~PerThreadStreams() {
+    for (auto& [ctx, s] : by_context) s->drain_and_stop();
+  }
+};
+thread_local PerThreadStreams tl_per_thread;
+
+void register_stream(const StreamPtr& s) {
+  std::lock_guard lock(registry().mu);
+  registry().live.emplace(s.get(), s);
+}
+
+StreamPtr legacy_stream(Context* ctx) {
+  std::lock_guard lock(registry().mu);
+  if (!ctx->legacy_stream) {
+    ctx->legacy_stream = Stream::create(ctx, StreamKind::kLegacyDefault, 0, 0);
+    registry().live.emplace(ctx->legacy_stream.get(), ctx->legacy_stream);
+  }
+  return ctx->legacy_stream;
+}
+
+StreamPtr per_thread_stream(Context* ctx) {
+  auto& slot = tl_per_thread.by_context[ctx];
+  if (!slot) {
+    slot = Stream::create(ctx, StreamKind::kPerThreadDefault, 0, 0);
+    register_stream(slot);
+  }
+  return slot;
+}
+
+}  // namespace
+
+Stream::Stream(Context* ctx, StreamKind kind, unsigned flags, int priority)
+    : ctx_(ctx), kind_(kind), flags_(flags), priority_(priority), id_(g_next_stream_id++) {}
+
+Stream::~Stream() = default;
+
+StreamPtr Stream::create(Context* ctx, StreamKind kind, unsigned flags, int priority) {
+  StreamPtr s(new Stream(ctx, kind, flags, priority));
+  // The worker owns a reference until its queue is drained after destroy.
+  std::thread([self = s] { self->worker_loop(); }).detach();
+  return s;
+}
+
+uint64_t Stream::enqueue(Work w) {
+  std::lock_guard lock(mu_);
+  queue_.push_back(std::move(w));
+  uint64_t seq = ++submitted_;
+  cv_.notify_all();
+  return seq;
+}
+
+uint64_t Stream::submitted() {
+  std::lock_guard lock(mu_);
+  return submitted_;
+}
+
+bool Stream::reached(uint64_t seq) {
+  std::lock_guard lock(mu_);
+  return completed_ >= seq;
+}
+
+void Stream::wait(uint64_t seq) {
+  std::unique_lock lock(mu_);
+  cv_.wait(lock, [&] { return completed_ >= seq; });
+}
+
+void Stream::drain_and_stop() {
+  std::lock_guard lock(mu_);
+  stopping_ = true;
+  cv_.notify_all();
+}
+
+bool Stream::stopping() {
+  std::lock_guard lock(mu_);
+  return stopping_;
+}
+
+void Stream::worker_loop() {
+  for (;;) {
+    Work w;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+      if (queue_.empty()) break;
+      w = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    for (const Dependency& d : w.deps) d.stream->wait(d.seq);
+    // A poisoned context runs nothing more; the work still "completes" so
+    // that waiters wake up and see the sticky error.
+    if (state().sticky.load(std::memory_order_acquire) == CUDA_SUCCESS && w.run) {
+      if (CUresult e = w.run()) raise_sticky_error(e);
+    }
+    w = Work{};  // release what the work held before announcing completion
+    std::lock_guard lock(mu_);
+    ++completed_;
+    cv_.notify_all();
+  }
+  std::lock_guard lock(registry().mu);
+  registry().live.erase(this);
+}
+
+CUresult resolve_stream(CUstream h, bool per_thread_default, Context* ctx, StreamPtr* out) {
+  if (h == nullptr) {
+    *out = per_thread_default ? per_thread_stream(ctx) : legacy_stream(ctx);
+    return CUDA_SUCCESS;
+  }
+  if (h == CU_STREAM_LEGACY) {
+    *out = legacy_stream(ctx);
+    return CUDA_SUCCESS;
+  }
+  if (h == CU_STREAM_PER_THREAD) {
+    *out = per_thread_stream(ctx);
+    return CUDA_SUCCESS;
+  }
+  std::lock_guard lock(registry().mu);
+  auto it = registry().live.find(reinterpret_cast<Stream*>(h));
+  if (it == registry().live.end() || it->second->kind() != StreamKind::kCreated || it->second->stopping())
+    return CUDA_ERROR_INVALID_HANDLE;
+  *out = it->second;
+  return CUDA_SUCCESS;
+}
+
+CUresult create_stream(Context* ctx, unsigned flags, int priority, CUstream* out) {
+  StreamPtr s = Stream::create(ctx, StreamKind::kCreated, flags, priority);
+  register_stream(s);
+  *out = reinterpret_cast<CUstream>(s.get());
+  return CUDA_SUCCESS;
+}
+
+CUresult destroy_stream(CUstream h) {
+  if (h == nullptr || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD) return CUDA_ERROR_INVALID_HANDLE;
+  StreamPtr s;
+  {
+    std::lock_guard lock(registry().mu);
+    auto it = registry().live.find(reinterpret_cast<Stream*>(h));
+    if (it == registry().live.end() || it->second->kind() != StreamKind::kCreated || it->second->stopping())
+      return CUDA_ERROR_INVALID_HANDLE;
+    s = it->second;
+  }
+  // Work already queued still runs; the handle is gone at once.
+  s->drain_and_stop();
+  return CUDA_SUCCESS;
+}
+
+bool global_capture_active() {
+  std::lock_guard lock(registry().mu);
+  for (auto& [p, s] : registry().live) {
+    std::lock_guard c(s->capture_mu);
+    if (s->capture.status == CU_STREAM_CAPTURE_STATUS_ACTIVE && s->capture.mode == CU_STREAM_CAPTURE_MODE_GLOBAL)
+      return true;
+  }
+  return false;
+}
+
+void invalidate_global_captures() {
+  std::lock_guard lock(registry().mu);
+  for (auto& [p, s] : registry().live) {
+    std::lock_guard c(s->capture_mu);
+    if (s->capture.status == CU_STREAM_CAPTURE_STATUS_ACTIVE && s->capture.mode == CU_STREAM_CAPTURE_MODE_GLOBAL)
+      s->capture.status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+  }
+}
+
+CUresult submit(const StreamPtr& s, Work w, uint64_t* seq) {
+  {
+    std::lock_guard c(s->capture_mu);
+    if (s->capture.status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+      w.deps.clear();
+      s->capture.graph->work.push_back(std::move(w));
+      if (seq) *seq = 0;
+      return CUDA_SUCCESS;
+    }
+    if (s->capture.status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  }
+  if (s->kind() == StreamKind::kLegacyDefault && global_capture_active()) {
+    invalidate_global_captures();
+    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  }
+  // The legacy NULL stream waits for all blocking streams and they wait for it.
+  if (s->kind() == StreamKind::kLegacyDefault) {
+    std::vector<StreamPtr> others;
+    {
+      std::lock_guard lock(registry().mu);
+      for (auto& [p, t] : registry().live)
+        if (t != s && t->context() == s->context() && t->blocking()) others.push_back(t);
+    }
+    for (auto& t : others) w.deps.push_back({t, t->submitted()});
+  } else if (s->blocking()) {
+    StreamPtr legacy = legacy_stream(s->context());
+    w.deps.push_back({legacy, legacy->submitted()});
+  }
+  uint64_t n = s->enqueue(std::move(w));
+  if (seq) *seq = n;
+  return CUDA_SUCCESS;
+}
+
+CUresult synchronize_context(Context* ctx) {
+  std::vector<std::pair<StreamPtr, uint64_t>> marks;
+  {
+    std::lock_guard lock(registry().mu);
+    for (auto& [p, s] : registry().live)
+      if (!ctx || s->context() == ctx) marks.emplace_back(s, 0);
+  }
+  for (auto& [s, seq] : marks) s->wait(s->submitted());
+  return static_cast<CUresult>(state().sticky.load());
+}
+
+}  // namespace simdev

@@ -1,0 +1,121 @@
+// Streams: each runs its work in order on a worker thread of its own, so
+// different streams run concurrently, as on a GPU. Work may depend on other
+// streams' progress (events, cuStreamWaitEvent, the legacy NULL stream's
+// implicit synchronisation), expressed as "stream S has completed item n".
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common.h"
+
+namespace simdev {
+
+struct Context;
+class Stream;
+using StreamPtr = std::shared_ptr<Stream>;
+
+struct Dependency {
+  StreamPtr stream;
+  uint64_t seq;  // satisfied once stream has completed this many items
+};
+
+// A kernel launch as recorded, so captured graphs can be inspected.
+struct KernelRecord {
+  CUfunction function = nullptr;
+  unsigned grid[3] = {1, 1, 1}, block[3] = {1, 1, 1}, shared_bytes = 0;
+  std::vector<unsigned char> params;  // the packed parameter buffer
+};
+
+struct Work {
+  std::function<CUresult()> run;  // executed on the worker; an error poisons the context
+  std::vector<Dependency> deps;
+  std::shared_ptr<const KernelRecord> kernel;  // set for kernel launches
+};
+
+struct Graph {
+  std::vector<Work> work;  // in capture order; replayed in order
+};
+
+// What a CUgraph handle points at (api_graph.cpp).
+struct GraphHandle {
+  std::shared_ptr<Graph> graph;
+};
+GraphHandle* new_graph(std::shared_ptr<Graph> g);
+
+enum class StreamKind { kCreated, kLegacyDefault, kPerThreadDefault };
+
+class Stream : public std::enable_shared_from_this<Stream> {
+ public:
+  static StreamPtr create(Context* ctx, StreamKind kind, unsigned flags, int priority);
+  ~Stream();
+
+  Context* context() const { return ctx_; }
+  StreamKind kind() const { return kind_; }
+  unsigned flags() const { return flags_; }
+  int priority() const { return priority_; }
+  unsigned long long id() const { return id_; }
+  bool blocking() const { return !(flags_ & CU_STREAM_NON_BLOCKING); }
+
+  uint64_t enqueue(Work w);        // returns the item's sequence number
+  uint64_t submitted();            // items enqueued so far
+  bool reached(uint64_t seq);      // items 1..seq have completed
+  void wait(uint64_t seq);
+  // The handle is gone; queued work still runs, then the worker leaves the
+  // registry (so context synchronisation still waits for that work).
+  void drain_and_stop();
+  bool stopping();
+
+  // Stream capture (one capturing stream; fork/join across streams through
+  // events is not modelled).
+  struct Capture {
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+    std::shared_ptr<Graph> graph;
+    unsigned long long id = 0;
+  };
+  std::mutex capture_mu;
+  Capture capture;
+
+ private:
+  Stream(Context* ctx, StreamKind kind, unsigned flags, int priority);
+  void worker_loop();
+
+  Context* ctx_;
+  StreamKind kind_;
+  unsigned flags_;
+  int priority_;
+  unsigned long long id_;
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Work> queue_;
+  uint64_t submitted_ = 0, completed_ = 0;
+  bool stopping_ = false;
+  std::thread worker_;
+};
+
+// ---- the registry of streams, and the legacy/per-thread defaults ----
+
+// Turns an API stream handle into a stream. `per_thread_default` is true for
+// the _ptsz entry points, where the NULL stream means the per-thread stream.
+CUresult resolve_stream(CUstream h, bool per_thread_default, Context* ctx, StreamPtr* out);
+CUresult create_stream(Context* ctx, unsigned flags, int priority, CUstream* out);
+CUresult destroy_stream(CUstream h);
+
+// Adds the dependencies the legacy default stream implies, then enqueues (or
+// records into a graph, when the stream is capturing).
+CUresult submit(const StreamPtr& s, Work w, uint64_t* seq = nullptr);
+
+// Waits for everything enqueued so far on every stream of `ctx` (all when null).
+CUresult synchronize_context(Context* ctx);
+// Any stream capturing in global mode (then legacy-stream work is refused).
+bool global_capture_active();
+void invalidate_global_captures();
+
+}  // namespace simdev
