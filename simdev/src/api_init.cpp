@@ -11,7 +11,7 @@ using namespace simdev;
 
 namespace {
 
-constexpr int kDriverVersion = 13000;
+constexpr int kDriverVersion = CUDA_VERSION;  // the toolkit simdev was built against
 constexpr const char* kDeviceName = "simdev (simulated H200-class device)";
 
 CUresult initialize() {

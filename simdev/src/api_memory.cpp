@@ -22,9 +22,16 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUstream h, bool ptsz, Con
     if (s->capture.status != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_NOT_SUPPORTED;
   }
   // Memory handed out now is also valid at the stream's point: allocating
-  // early is one of the orders the driver may choose.
+  // early is one of the orders the driver may choose. Memory this stream
+  // frees before that point is the pool's to reuse, so when the device is
+  // full, let the stream's pending frees happen and try again.
   uint64_t p = 0;
-  if (CUresult e = state().memory.mem_alloc(bytes, &p)) return e;
+  CUresult e = state().memory.mem_alloc(bytes, &p);
+  if (e == CUDA_ERROR_OUT_OF_MEMORY) {
+    s->wait(s->submitted());
+    e = state().memory.mem_alloc(bytes, &p);
+  }
+  if (e) return e;
   *dptr = p;
   return CUDA_SUCCESS;
 }

@@ -21,10 +21,13 @@ using namespace simdev;
 
 namespace {
 
+constexpr int kDriverVersion = CUDA_VERSION;
+
 CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags, CUdriverProcAddressQueryResult* status) {
   if (!symbol || !pfn) return CUDA_ERROR_INVALID_VALUE;
   constexpr cuuint64_t kKnown = CU_GET_PROC_ADDRESS_LEGACY_STREAM | CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
   if (flags & ~kKnown) return CUDA_ERROR_INVALID_VALUE;
+  if (version > kDriverVersion) return CUDA_ERROR_INVALID_VALUE;  // newer than this driver
   bool per_thread = flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
   const simdev_proc_entry* best_plain = nullptr;
   const simdev_proc_entry* best_per_thread = nullptr;
@@ -41,8 +44,9 @@ CUresult lookup(const char* symbol, void** pfn, int version, cuuint64_t flags, C
   const simdev_proc_entry* pick = per_thread && best_per_thread ? best_per_thread : best_plain;
   *pfn = nullptr;
   if (!pick) {
+    // Documented: success with a null pointer, the reason in the status.
     if (status) *status = known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    return CUDA_ERROR_NOT_FOUND;
+    return CUDA_SUCCESS;
   }
   *pfn = pick->fn;
   if (status) *status = CU_GET_PROC_ADDRESS_SUCCESS;

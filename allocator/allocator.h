@@ -1,0 +1,115 @@
+// The allocator's API for runtime/: tiered device allocations whose address
+// never changes while their bytes move between device and pinned host memory.
+//
+// Threading: every function may be called from any thread that has the
+// allocator's context current. lookup() takes no lock; ensure_resident() and
+// release() take none when every block is resident and no fetch is pending.
+// No lock is held across a driver call.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "allocator/block.h"
+
+namespace tierrt::alloc {
+
+enum class SpillMode : std::uint8_t { Remap, Copy };
+
+struct Options {
+  std::uint64_t device_budget = 0;     // bytes; 0: device memory less a reserve
+  std::uint64_t host_budget = 0;       // bytes; 0: half of physical RAM
+  std::uint64_t min_bytes = 1u << 20;  // smaller allocations are never spilled
+  bool auto_mode = true;               // remap where supported, else copy
+  SpillMode mode = SpillMode::Remap;   // used when !auto_mode (falls back to copy)
+  std::uint64_t pinned_chunk = 64u << 20;  // copy mode: pinned pool growth step
+};
+
+struct AllocFlags {
+  bool pass_through = false;  // e.g. under stream capture: plain cuMemAlloc
+};
+
+enum class SpillResult : std::uint8_t {
+  Started,         // the copy is enqueued; SPILLED once it completes
+  AlreadyMoving,   // SPILLING, SPILLED or FETCHING already
+  Busy,            // pinned by a launch, captured, or a move not yet finalised
+  HostFull,        // the host budget is spent: spilling stops
+  NotSpillable,    // below min_bytes, freed, or not ours
+  Failed,          // a driver call failed (the block stays resident)
+};
+
+struct Stats {
+  std::uint64_t blocks[kStateCount] = {};
+  std::uint64_t bytes[kStateCount] = {};   // requested bytes per state
+  std::uint64_t class_bytes[8] = {};       // live (not freed) bytes per class
+  std::uint64_t cached_bytes = 0, cached_blocks = 0;
+  std::uint64_t slab_bytes = 0;            // device bytes held by small-object slabs
+  std::uint64_t device_used = 0, device_peak = 0, device_budget = 0;
+  std::uint64_t host_used = 0, host_peak = 0, host_budget = 0;
+  std::uint64_t pinned_pool_bytes = 0;     // copy mode: pinned chunks held
+  std::uint64_t allocs = 0, cache_hits = 0, driver_allocs = 0;
+  std::uint64_t spills = 0, spills_aborted = 0, spills_refused_host_full = 0;
+  std::uint64_t fetches = 0, demand_fetches = 0;
+  std::uint64_t bytes_spilled = 0, bytes_fetched = 0;
+  std::uint64_t rescues = 0, trimmed_bytes = 0;
+};
+
+class Impl;
+
+class Allocator {
+ public:
+  // Binds to the context current on the calling thread (its device).
+  static std::unique_ptr<Allocator> create(const Options& opt, CUresult* err = nullptr);
+  ~Allocator();
+  Allocator(const Allocator&) = delete;
+  Allocator& operator=(const Allocator&) = delete;
+
+  // Like cuMemAllocAsync / cuMemFreeAsync: usable on `stream` at once, on
+  // other streams after the work they were given. Never fails for want of
+  // device memory while idle blocks can be spilled.
+  CUresult allocate(CUdeviceptr* out, std::size_t bytes, CUstream stream,
+                    AllocFlags flags = {}) noexcept;
+  CUresult free(CUdeviceptr ptr, CUstream stream) noexcept;
+
+  // The block containing ptr (interior pointers too), or null: not ours, a
+  // small-object slab, or freed (check state()). O(1), lock-free.
+  Block* lookup(CUdeviceptr ptr) const noexcept;
+  bool owns(CUdeviceptr ptr) const noexcept;
+
+  // Starts a spill: the copy waits on the block's use events on the D2H
+  // stream; device memory is released once it completed and nothing used
+  // the block since.
+  SpillResult spill(Block* b) noexcept;
+  // Starts a fetch on the H2D stream and makes `consumer` (if not null) wait
+  // for it; no host synchronisation.
+  CUresult prefetch(Block* b, CUstream consumer) noexcept;
+  // Makes every block usable by work enqueued on `stream` next (demand
+  // fetches, or stream waits on pending prefetches) and pins them so that no
+  // spill starts until release(). Enqueue the work, record_use(), release().
+  CUresult ensure_resident(std::span<Block* const> blocks, CUstream stream) noexcept;
+  void release(std::span<Block* const> blocks) noexcept;
+  // Records that work just enqueued on `stream` uses the blocks. Under stream
+  // capture pass capturing = true: the blocks then stay resident for good.
+  CUresult record_use(std::span<Block* const> blocks, CUstream stream,
+                      bool capturing = false) noexcept;
+
+  void set_class(Block* b, std::uint8_t cls) noexcept;
+  // Returns cached device memory to the driver (at least `bytes`, or all).
+  std::uint64_t trim(std::uint64_t bytes = UINT64_MAX) noexcept;
+  // Waits until every started spill and fetch is finalised.
+  void drain() noexcept;
+
+  Stats stats() const noexcept;
+  SpillMode mode() const noexcept;
+  std::size_t granularity() const noexcept;
+  const Options& options() const noexcept;
+
+ private:
+  explicit Allocator(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tierrt::alloc

@@ -1,0 +1,67 @@
+#include "allocator/granule_table.h"
+
+#include <sys/mman.h>
+
+#include <new>
+
+namespace tierrt::alloc {
+
+GranuleTable::GranuleTable(unsigned granule_shift)
+    : shift_(granule_shift > kLeafShift ? kLeafShift : granule_shift),
+      leaf_entries_(std::size_t{1} << (kLeafShift - shift_)),
+      leaf_mask_(leaf_entries_ - 1) {
+  // 2 MiB of zero pages that the kernel backs only where touched.
+  void* p = mmap(nullptr, kTopEntries * sizeof(std::atomic<Leaf*>),
+                 PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) throw std::bad_alloc();
+  top_ = static_cast<std::atomic<Leaf*>*>(p);
+}
+
+GranuleTable::~GranuleTable() {
+  for (std::size_t i = 0; i < kTopEntries; ++i) {
+    Leaf* l = top_[i].load(std::memory_order_relaxed);
+    if (l != nullptr) {
+      delete[] l->e;
+      delete l;
+    }
+  }
+  munmap(top_, kTopEntries * sizeof(std::atomic<Leaf*>));
+}
+
+GranuleTable::Leaf* GranuleTable::leaf_for(std::uintptr_t addr) {
+  const std::uintptr_t top = addr >> kLeafShift;
+  if (top >= kTopEntries) return nullptr;
+  Leaf* l = top_[top].load(std::memory_order_acquire);
+  if (l != nullptr) return l;
+  std::lock_guard<std::mutex> g(grow_mu_);
+  l = top_[top].load(std::memory_order_acquire);
+  if (l == nullptr) {
+    l = new Leaf{new std::atomic<std::uintptr_t>[leaf_entries_]};
+    for (std::size_t i = 0; i < leaf_entries_; ++i) l->e[i].store(0, std::memory_order_relaxed);
+    top_[top].store(l, std::memory_order_release);
+  }
+  return l;
+}
+
+bool GranuleTable::insert(std::uintptr_t base, std::size_t len, std::uintptr_t value) {
+  const std::uintptr_t g = std::uintptr_t{1} << shift_;
+  if (len == 0 || (base & (g - 1)) != 0 || (len & (g - 1)) != 0) return false;
+  if (((base + len - 1) >> kLeafShift) >= kTopEntries) return false;
+  for (std::uintptr_t a = base; a < base + len; a += g)
+    if (leaf_for(a) == nullptr) return false;
+  for (std::uintptr_t a = base; a < base + len; a += g)
+    top_[a >> kLeafShift].load(std::memory_order_relaxed)
+        ->e[(a >> shift_) & leaf_mask_].store(value, std::memory_order_release);
+  return true;
+}
+
+void GranuleTable::erase(std::uintptr_t base, std::size_t len) noexcept {
+  const std::uintptr_t g = std::uintptr_t{1} << shift_;
+  for (std::uintptr_t a = base; a < base + len; a += g) {
+    if ((a >> kLeafShift) >= kTopEntries) return;
+    Leaf* l = top_[a >> kLeafShift].load(std::memory_order_acquire);
+    if (l != nullptr) l->e[(a >> shift_) & leaf_mask_].store(0, std::memory_order_release);
+  }
+}
+
+}  // namespace tierrt::alloc

@@ -1,0 +1,54 @@
+// Pointer -> owner in O(1): a two-level radix table over the VA space, one
+// entry per allocation granule. Lookups are lock-free (two acquire loads);
+// inserts take a mutex only to add a leaf. Leaves live until destruction, so
+// a racing lookup never touches freed memory.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+namespace tierrt::alloc {
+
+class GranuleTable {
+ public:
+  static constexpr unsigned kVaBits = 48;
+  static constexpr unsigned kLeafShift = 30;  // one leaf covers 1 GiB
+
+  // granule_shift: log2 of the allocation granularity (at most kLeafShift).
+  explicit GranuleTable(unsigned granule_shift);
+  ~GranuleTable();
+  GranuleTable(const GranuleTable&) = delete;
+  GranuleTable& operator=(const GranuleTable&) = delete;
+
+  // Maps every granule of [base, base + len) to value (non-zero). base and
+  // len must be granule-aligned. False when the range is outside the table.
+  bool insert(std::uintptr_t base, std::size_t len, std::uintptr_t value);
+  void erase(std::uintptr_t base, std::size_t len) noexcept;
+
+  std::uintptr_t find(std::uintptr_t addr) const noexcept {
+    const std::uintptr_t top = addr >> kLeafShift;
+    if (top >= kTopEntries) [[unlikely]] return 0;
+    const Leaf* leaf = top_[top].load(std::memory_order_acquire);
+    if (leaf == nullptr) return 0;
+    return leaf->e[(addr >> shift_) & leaf_mask_].load(std::memory_order_acquire);
+  }
+
+  unsigned granule_shift() const noexcept { return shift_; }
+
+ private:
+  static constexpr std::size_t kTopEntries = std::size_t{1} << (kVaBits - kLeafShift);
+  struct Leaf {
+    std::atomic<std::uintptr_t>* e;
+  };
+  Leaf* leaf_for(std::uintptr_t addr);
+
+  unsigned shift_;
+  std::size_t leaf_entries_;
+  std::uintptr_t leaf_mask_;
+  std::atomic<Leaf*>* top_;
+  std::mutex grow_mu_;
+};
+
+}  // namespace tierrt::alloc

@@ -1,0 +1,50 @@
+// The host tier: host physical chunks for `remap`, and for `copy` a private
+// jemalloc arena over pinned chunks (cuMemHostAlloc), grown outside jemalloc.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <vector>
+
+namespace tierrt::alloc {
+
+class PinnedPool;
+
+class HostTier {
+ public:
+  HostTier() = default;
+  ~HostTier();
+  HostTier(const HostTier&) = delete;
+  HostTier& operator=(const HostTier&) = delete;
+
+  // remap: where host chunks are created (HOST_NUMA node, or HOST when -1).
+  void set_location(CUmemLocationType type, int id) noexcept { loc_type_ = type; loc_id_ = id; }
+  CUmemLocationType location_type() const noexcept { return loc_type_; }
+  int location_id() const noexcept { return loc_id_; }
+  // Creates a host physical chunk of `bytes` (a multiple of the granularity).
+  CUresult create_host_chunk(std::size_t bytes, CUmemGenericAllocationHandle* out) noexcept;
+
+  // copy: a pinned buffer of at least `bytes` from the private arena; grows
+  // the pool by whole chunks while it stays within `pool_limit`. Null when
+  // the pool cannot grow.
+  void configure_pool(std::size_t chunk_bytes, std::uint64_t pool_limit) noexcept;
+  void* alloc_pinned(std::size_t bytes) noexcept;
+  void free_pinned(void* p) noexcept;
+  std::uint64_t pinned_pool_bytes() const noexcept;
+  // Releases the arena and the pinned chunks (every buffer must be freed).
+  void shutdown() noexcept;
+
+ private:
+  CUmemLocationType loc_type_ = CU_MEM_LOCATION_TYPE_HOST;
+  int loc_id_ = 0;
+  std::mutex mu_;
+  PinnedPool* pool_ = nullptr;
+  std::size_t chunk_bytes_ = 64u << 20;
+  std::uint64_t pool_limit_ = UINT64_MAX;
+};
+
+}  // namespace tierrt::alloc

@@ -1,0 +1,233 @@
+#include "driver.h"
+
+#include <dlfcn.h>
+#include <elf.h>
+#include <link.h>
+
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+
+namespace tierrt::drv {
+
+namespace detail {
+std::atomic<bool> g_counting{false};
+std::atomic<std::uint64_t> g_counts[static_cast<unsigned>(Id::kCount)];
+}  // namespace detail
+
+namespace {
+
+// ---- the real dlsym/dlopen, found in libc's (or libdl's) own symbol table ----
+
+struct ElfLookup {
+  const char* name;
+  void* found;
+};
+
+std::uint32_t gnu_hash(const char* s) {
+  std::uint32_t h = 5381;
+  for (; *s; ++s) h = h * 33 + static_cast<unsigned char>(*s);
+  return h;
+}
+
+// Dynamic-section pointers are relocated in place by ld.so on most targets but
+// not on all; accept both forms.
+template <class T>
+const T* dyn_ptr(ElfW(Addr) base, ElfW(Addr) p) {
+  return reinterpret_cast<const T*>(p < base ? base + p : p);
+}
+
+void* lookup_in_object(const dl_phdr_info* info, const char* name) {
+  const ElfW(Dyn)* dyn = nullptr;
+  for (int i = 0; i < info->dlpi_phnum; ++i)
+    if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
+      dyn = reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr +
+                                               info->dlpi_phdr[i].p_vaddr);
+  if (dyn == nullptr) return nullptr;
+  const ElfW(Addr) base = info->dlpi_addr;
+  const ElfW(Sym)* symtab = nullptr;
+  const char* strtab = nullptr;
+  const std::uint32_t* gh = nullptr;
+  const ElfW(Half)* versym = nullptr;
+  for (const ElfW(Dyn)* d = dyn; d->d_tag != DT_NULL; ++d) {
+    switch (d->d_tag) {
+      case DT_SYMTAB: symtab = dyn_ptr<ElfW(Sym)>(base, d->d_un.d_ptr); break;
+      case DT_STRTAB: strtab = dyn_ptr<char>(base, d->d_un.d_ptr); break;
+      case DT_GNU_HASH: gh = dyn_ptr<std::uint32_t>(base, d->d_un.d_ptr); break;
+      case DT_VERSYM: versym = dyn_ptr<ElfW(Half)>(base, d->d_un.d_ptr); break;
+      default: break;
+    }
+  }
+  if (symtab == nullptr || strtab == nullptr || gh == nullptr) return nullptr;
+  const std::uint32_t nbuckets = gh[0], symoffset = gh[1], bloom_size = gh[2];
+  const auto* bloom = reinterpret_cast<const ElfW(Addr)*>(gh + 4);
+  const auto* buckets = reinterpret_cast<const std::uint32_t*>(bloom + bloom_size);
+  const std::uint32_t* chain = buckets + nbuckets;
+  if (nbuckets == 0) return nullptr;
+  const std::uint32_t h = gnu_hash(name);
+  std::uint32_t i = buckets[h % nbuckets];
+  if (i < symoffset) return nullptr;
+  for (;; ++i) {
+    const std::uint32_t c = chain[i - symoffset];
+    if ((c | 1) == (h | 1)) {
+      const ElfW(Sym)& s = symtab[i];
+      const bool hidden_version = versym != nullptr && (versym[i] & 0x8000) != 0;
+      if (s.st_shndx != SHN_UNDEF && !hidden_version &&
+          ELF64_ST_TYPE(s.st_info) == STT_FUNC &&
+          std::strcmp(strtab + s.st_name, name) == 0)
+        return reinterpret_cast<void*>(base + s.st_value);
+    }
+    if (c & 1) break;
+  }
+  return nullptr;
+}
+
+int phdr_cb(dl_phdr_info* info, size_t, void* data) {
+  auto* q = static_cast<ElfLookup*>(data);
+  const char* path = info->dlpi_name;
+  if (path == nullptr) return 0;
+  const char* slash = std::strrchr(path, '/');
+  const char* file = slash ? slash + 1 : path;
+  if (std::strncmp(file, "libc.so", 7) != 0 && std::strncmp(file, "libdl.so", 8) != 0)
+    return 0;
+  if (void* p = lookup_in_object(info, q->name)) {
+    q->found = p;
+    return 1;
+  }
+  return 0;
+}
+
+void* find_libc_function(const char* name) {
+  ElfLookup q{name, nullptr};
+  dl_iterate_phdr(phdr_cb, &q);
+  return q.found;
+}
+
+struct RealDl {
+  DlsymFn dlsym = nullptr;
+  DlopenFn dlopen = nullptr;
+};
+
+const RealDl& real_dl() {
+  static const RealDl r = [] {
+    RealDl x;
+    x.dlsym = reinterpret_cast<DlsymFn>(find_libc_function("dlsym"));
+    x.dlopen = reinterpret_cast<DlopenFn>(find_libc_function("dlopen"));
+    // Fallback for unusual C libraries: the versioned x86-64 base version,
+    // looked up past this object.
+    if (x.dlsym == nullptr)
+      x.dlsym = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5"));
+    if (x.dlopen == nullptr)
+      x.dlopen = reinterpret_cast<DlopenFn>(dlvsym(RTLD_NEXT, "dlopen", "GLIBC_2.2.5"));
+    return x;
+  }();
+  return r;
+}
+
+const char* const kSymbolNames[] = {
+#define TIERRT_DRV_NAME_(name) TIERRT_DRV_STR_(name),
+    TIERRT_DRIVER_FUNCTIONS(TIERRT_DRV_NAME_)
+#undef TIERRT_DRV_NAME_
+};
+
+Table resolve() {
+  Table t;
+  const RealDl& dl = real_dl();
+  if (dl.dlsym == nullptr || dl.dlopen == nullptr) return t;
+  void* h = dl.dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (h == nullptr) return t;
+  t.handle = h;
+#define TIERRT_DRV_RESOLVE_(name)                                       \
+  t.name = reinterpret_cast<decltype(t.name)>(                          \
+      dl.dlsym(h, kSymbolNames[static_cast<unsigned>(Id::name)]));
+  TIERRT_DRIVER_FUNCTIONS(TIERRT_DRV_RESOLVE_)
+#undef TIERRT_DRV_RESOLVE_
+  t.loaded = t.cuInit != nullptr;
+  return t;
+}
+
+}  // namespace
+
+const Table& table() noexcept {
+  static const Table t = resolve();
+  return t;
+}
+
+const char* symbol_name(Id id) noexcept {
+  const auto i = static_cast<unsigned>(id);
+  return i < static_cast<unsigned>(Id::kCount) ? kSymbolNames[i] : "?";
+}
+
+DlsymFn real_dlsym() noexcept { return real_dl().dlsym; }
+DlopenFn real_dlopen() noexcept { return real_dl().dlopen; }
+
+const char* result_name(CUresult r) noexcept {
+  switch (r) {
+#define N(x) case x: return #x;
+    N(CUDA_SUCCESS) N(CUDA_ERROR_INVALID_VALUE) N(CUDA_ERROR_OUT_OF_MEMORY)
+    N(CUDA_ERROR_NOT_INITIALIZED) N(CUDA_ERROR_DEINITIALIZED)
+    N(CUDA_ERROR_PROFILER_DISABLED) N(CUDA_ERROR_STUB_LIBRARY)
+    N(CUDA_ERROR_DEVICE_UNAVAILABLE) N(CUDA_ERROR_NO_DEVICE)
+    N(CUDA_ERROR_INVALID_DEVICE) N(CUDA_ERROR_DEVICE_NOT_LICENSED)
+    N(CUDA_ERROR_INVALID_IMAGE) N(CUDA_ERROR_INVALID_CONTEXT)
+    N(CUDA_ERROR_MAP_FAILED) N(CUDA_ERROR_UNMAP_FAILED)
+    N(CUDA_ERROR_ARRAY_IS_MAPPED) N(CUDA_ERROR_ALREADY_MAPPED)
+    N(CUDA_ERROR_NO_BINARY_FOR_GPU) N(CUDA_ERROR_ALREADY_ACQUIRED)
+    N(CUDA_ERROR_NOT_MAPPED) N(CUDA_ERROR_ECC_UNCORRECTABLE)
+    N(CUDA_ERROR_UNSUPPORTED_LIMIT) N(CUDA_ERROR_CONTEXT_ALREADY_IN_USE)
+    N(CUDA_ERROR_PEER_ACCESS_UNSUPPORTED) N(CUDA_ERROR_INVALID_PTX)
+    N(CUDA_ERROR_INVALID_SOURCE) N(CUDA_ERROR_FILE_NOT_FOUND)
+    N(CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND)
+    N(CUDA_ERROR_SHARED_OBJECT_INIT_FAILED) N(CUDA_ERROR_OPERATING_SYSTEM)
+    N(CUDA_ERROR_INVALID_HANDLE) N(CUDA_ERROR_ILLEGAL_STATE)
+    N(CUDA_ERROR_NOT_FOUND) N(CUDA_ERROR_NOT_READY)
+    N(CUDA_ERROR_ILLEGAL_ADDRESS) N(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES)
+    N(CUDA_ERROR_LAUNCH_TIMEOUT) N(CUDA_ERROR_LAUNCH_FAILED)
+    N(CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED)
+    N(CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED) N(CUDA_ERROR_NOT_PERMITTED)
+    N(CUDA_ERROR_NOT_SUPPORTED) N(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+    N(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) N(CUDA_ERROR_STREAM_CAPTURE_MERGE)
+    N(CUDA_ERROR_STREAM_CAPTURE_UNMATCHED) N(CUDA_ERROR_STREAM_CAPTURE_UNJOINED)
+    N(CUDA_ERROR_STREAM_CAPTURE_ISOLATION) N(CUDA_ERROR_STREAM_CAPTURE_IMPLICIT)
+    N(CUDA_ERROR_CAPTURED_EVENT) N(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD)
+    N(CUDA_ERROR_TIMEOUT) N(CUDA_ERROR_UNKNOWN)
+#undef N
+    default: break;
+  }
+  const Table& t = table();
+  const char* s = nullptr;
+  if (t.cuGetErrorName != nullptr && t.cuGetErrorName(r, &s) == CUDA_SUCCESS && s)
+    return s;
+  return "CUDA_ERROR_(unrecognised)";
+}
+
+namespace {
+std::string error_text(const char* call, CUresult code) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "%s failed: %s (%d)", call, result_name(code),
+                static_cast<int>(code));
+  return buf;
+}
+}  // namespace
+
+Error::Error(const char* call, CUresult code)
+    : std::runtime_error(error_text(call, code)), call_(call), code_(code) {}
+
+void throw_error(const char* call, CUresult code) { throw Error(call, code); }
+
+void set_counting(bool on) noexcept {
+  detail::g_counting.store(on, std::memory_order_relaxed);
+}
+std::uint64_t calls(Id id) noexcept {
+  return detail::g_counts[static_cast<unsigned>(id)].load(std::memory_order_relaxed);
+}
+std::uint64_t total_calls() noexcept {
+  std::uint64_t n = 0;
+  for (auto& c : detail::g_counts) n += c.load(std::memory_order_relaxed);
+  return n;
+}
+void reset_counts() noexcept {
+  for (auto& c : detail::g_counts) c.store(0, std::memory_order_relaxed);
+}
+
+}  // namespace tierrt::drv

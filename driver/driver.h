@@ -1,0 +1,130 @@
+// The driver function table: every CUDA driver entry point tierrt calls,
+// resolved once from the real libcuda.so.1 with the real dlopen/dlsym (found
+// by walking libc's dynamic symbol table, so an interposed dlsym is never
+// consulted). This is also the one place where a CUresult becomes an error.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace tierrt::drv {
+
+// X(name): `name` is the cuda.h spelling; cuda.h's macros turn it into the
+// versioned symbol (cuMemAlloc -> cuMemAlloc_v2), which is what gets resolved.
+#define TIERRT_DRIVER_FUNCTIONS(X)                                          \
+  X(cuInit) X(cuDriverGetVersion) X(cuGetErrorName) X(cuGetErrorString)     \
+  X(cuGetProcAddress)                                                       \
+  X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetAttribute)                \
+  X(cuDeviceTotalMem)                                                       \
+  X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)                  \
+  X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice)                   \
+  X(cuCtxSynchronize) X(cuCtxGetStreamPriorityRange)                        \
+  X(cuMemGetInfo) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocPitch)             \
+  X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAllocFromPoolAsync)           \
+  X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemHostRegister)                   \
+  X(cuMemHostUnregister)                                                    \
+  X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate)                 \
+  X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)               \
+  X(cuMemGetAllocationGranularity)                                          \
+  X(cuMemcpy) X(cuMemcpyAsync) X(cuMemcpyHtoD) X(cuMemcpyDtoH)              \
+  X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoD)                 \
+  X(cuMemcpyDtoDAsync) X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemsetD32)      \
+  X(cuMemsetD32Async)                                                       \
+  X(cuStreamCreate) X(cuStreamCreateWithPriority) X(cuStreamDestroy)        \
+  X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamWaitEvent)              \
+  X(cuStreamIsCapturing) X(cuStreamBeginCapture) X(cuStreamEndCapture)      \
+  X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)       \
+  X(cuEventSynchronize)                                                     \
+  X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)              \
+  X(cuLaunchKernel) X(cuLaunchKernelEx) X(cuLaunchCooperativeKernel)        \
+  X(cuFuncGetParamInfo)
+
+#define TIERRT_DRV_STR2_(x) #x
+#define TIERRT_DRV_STR_(x) TIERRT_DRV_STR2_(x)
+
+enum class Id : unsigned {
+#define TIERRT_DRV_ID_(name) name,
+  TIERRT_DRIVER_FUNCTIONS(TIERRT_DRV_ID_)
+#undef TIERRT_DRV_ID_
+  kCount
+};
+
+struct Table {
+#define TIERRT_DRV_FIELD_(name) decltype(&::name) name = nullptr;
+  TIERRT_DRIVER_FUNCTIONS(TIERRT_DRV_FIELD_)
+#undef TIERRT_DRV_FIELD_
+  void* handle = nullptr;  // the dlopen handle of libcuda.so.1
+  bool loaded = false;     // libcuda.so.1 was found and cuGetErrorName resolved
+};
+
+// The table, resolved on first use (thread-safe, once per process). When
+// libcuda.so.1 cannot be loaded, every entry is null and loaded is false.
+const Table& table() noexcept;
+
+// Symbol name of a table entry as resolved ("cuMemAlloc_v2").
+const char* symbol_name(Id id) noexcept;
+
+// The real dlsym / dlopen of the C library, never an interposed one.
+using DlsymFn = void* (*)(void*, const char*);
+using DlopenFn = void* (*)(const char*, int);
+DlsymFn real_dlsym() noexcept;
+DlopenFn real_dlopen() noexcept;
+
+// "CUDA_ERROR_OUT_OF_MEMORY"; never calls into the driver for the common codes.
+const char* result_name(CUresult r) noexcept;
+
+// A failed driver call: the call's name and the CUresult.
+class Error : public std::runtime_error {
+ public:
+  Error(const char* call, CUresult code);
+  const char* call() const noexcept { return call_; }
+  CUresult code() const noexcept { return code_; }
+
+ private:
+  const char* call_;
+  CUresult code_;
+};
+
+[[noreturn]] void throw_error(const char* call, CUresult code);
+
+inline void check(CUresult r, const char* call) {
+  if (r != CUDA_SUCCESS) [[unlikely]] throw_error(call, r);
+}
+
+// Per-function call counters (for tests and stats). Counting is off unless
+// enabled; when off a call costs one relaxed load more than a plain call.
+void set_counting(bool on) noexcept;
+std::uint64_t calls(Id id) noexcept;
+std::uint64_t total_calls() noexcept;
+void reset_counts() noexcept;
+
+namespace detail {
+extern std::atomic<bool> g_counting;
+extern std::atomic<std::uint64_t> g_counts[static_cast<unsigned>(Id::kCount)];
+
+template <class Fn, class... A>
+inline CUresult invoke(Id id, Fn fn, A... a) noexcept {
+  if (g_counting.load(std::memory_order_relaxed)) [[unlikely]]
+    g_counts[static_cast<unsigned>(id)].fetch_add(1, std::memory_order_relaxed);
+  if (fn == nullptr) [[unlikely]]
+    return table().loaded ? CUDA_ERROR_NOT_SUPPORTED
+                          : CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+  return fn(a...);
+}
+}  // namespace detail
+
+}  // namespace tierrt::drv
+
+// TIERRT_CU(cuMemCreate, &h, size, &prop, 0) -> CUresult
+#define TIERRT_CU(fn, ...)                                                   \
+  ::tierrt::drv::detail::invoke(::tierrt::drv::Id::fn,                       \
+                                ::tierrt::drv::table().fn                    \
+                                __VA_OPT__(, ) __VA_ARGS__)
+// Same, throwing tierrt::drv::Error on failure.
+#define TIERRT_CU_CHECK(fn, ...)                                       \
+  ::tierrt::drv::check(TIERRT_CU(fn __VA_OPT__(, ) __VA_ARGS__),       \
+                       TIERRT_DRV_STR_(fn))

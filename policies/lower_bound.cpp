@@ -1,0 +1,61 @@
+#include "policies/lower_bound.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "policies/idle_gap.hpp"
+
+namespace tierrt::policy {
+
+LowerBound lower_bound(const StepTimeline& tl, std::uint64_t budget, const LinkModel& link) {
+  LowerBound lb;
+  lb.compute_ns = static_cast<double>(tl.compute_ns());
+  if (tl.ops.empty()) return lb;
+  const auto start = ideal_start_times(tl);
+  const auto profile = tl.resident_profile();
+
+  std::uint32_t peak = 0;
+  double peak_excess = 0, out_stall = 0;
+  for (std::uint32_t i = 0; i < tl.ops.size(); ++i) {
+    const double excess = static_cast<double>(profile[i]) - static_cast<double>(budget);
+    if (excess <= 0) continue;
+    std::uint64_t needed_now = 0;
+    for (std::uint32_t b : tl.blocks_of(i)) needed_now += tl.blocks[b].bytes;
+    if (static_cast<double>(profile[i] - std::min(profile[i], needed_now)) < excess) lb.feasible = false;
+    out_stall = std::max(out_stall, link.d2h_ns(excess) - start[i]);
+    if (excess > peak_excess) peak_excess = excess, peak = i;
+  }
+
+  double back_stall = 0;
+  if (peak_excess > 0) {
+    // Bytes live at the peak launch but not used by it: the only ones that can be off.
+    std::vector<std::uint8_t> used_at_peak(tl.blocks.size(), 0);
+    for (std::uint32_t b : tl.blocks_of(peak)) used_at_peak[b] = 1;
+    std::vector<std::uint32_t> first_use_after(tl.blocks.size(), kNever);
+    double off_candidates = 0;
+    for (std::uint32_t b = 0; b < tl.blocks.size(); ++b) {
+      const BlockRecord& r = tl.blocks[b];
+      const std::uint32_t end = r.free_op == kNever ? static_cast<std::uint32_t>(tl.ops.size()) : r.free_op;
+      if (r.alloc_op > peak || end <= peak || used_at_peak[b]) continue;
+      off_candidates += static_cast<double>(r.bytes);
+      for (std::uint32_t u : tl.uses_of(b))
+        if (u > peak) {
+          first_use_after[b] = u;
+          break;
+        }
+    }
+    std::vector<double> needed_by(tl.ops.size() + 1, 0);
+    for (std::uint32_t b = 0; b < tl.blocks.size(); ++b)
+      if (first_use_after[b] != kNever) needed_by[first_use_after[b]] += static_cast<double>(tl.blocks[b].bytes);
+    double needed = 0;
+    for (std::uint32_t j = peak + 1; j < tl.ops.size(); ++j) {
+      needed += needed_by[j];
+      const double must_return = peak_excess - (off_candidates - needed);
+      if (must_return > 0) back_stall = std::max(back_stall, link.h2d_ns(must_return) - (start[j] - start[peak]));
+    }
+  }
+  lb.stall_ns = std::max({0.0, out_stall, back_stall});
+  return lb;
+}
+
+}  // namespace tierrt::policy

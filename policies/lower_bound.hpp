@@ -1,0 +1,27 @@
+// A lower bound on the step time any schedule can reach at a budget: compute, plus
+// the stall that no order of copies can hide. Two constraints, each valid for every
+// policy, and the bound takes the larger:
+//  - out: before launch i, at least excess(i) bytes must have crossed the D2H engine,
+//    which started no earlier than the step;
+//  - back: of the bytes off the device at the peak, those that launches up to j need
+//    (all but what stays unused until after j) must cross the H2D engine between the
+//    peak and launch j.
+#pragma once
+
+#include <cstdint>
+
+#include "policies/link_model.hpp"
+#include "policies/step_timeline.hpp"
+
+namespace tierrt::policy {
+
+struct LowerBound {
+  double compute_ns = 0;
+  double stall_ns = 0;
+  bool feasible = true;  // false: some launch alone needs more than the budget
+  double step_ns() const { return compute_ns + stall_ns; }
+};
+
+LowerBound lower_bound(const StepTimeline& tl, std::uint64_t budget, const LinkModel& link);
+
+}  // namespace tierrt::policy

@@ -1,0 +1,57 @@
+#include "policies/planner_policy.hpp"
+
+#include <algorithm>
+
+#include "policies/lifetime_classifier.hpp"
+
+namespace tierrt::policy {
+namespace {
+constexpr std::size_t kMaxAlternatives = 4;
+}
+
+std::vector<StepPlan> PlannerPolicy::plan_step(const StepContext& ctx) {
+  if (ctx.budget != last_budget_)
+    for (auto& [sig, s] : shapes_) s.stale = true;
+  last_budget_ = ctx.budget;
+  std::vector<Shape*> recent;
+  for (auto& [sig, s] : shapes_) recent.push_back(&s);
+  std::sort(recent.begin(), recent.end(), [](Shape* a, Shape* b) { return a->last_seen > b->last_seen; });
+  if (recent.size() > kMaxAlternatives) recent.resize(kMaxAlternatives);
+  std::vector<StepPlan> out;
+  for (Shape* s : recent) {
+    if (s->stale) {
+      s->plan = policy::plan_step(s->timeline, ctx.budget, ctx.link, s->leads, options_).plan;
+      s->stale = false;
+    }
+    out.push_back(s->plan);
+  }
+  return out;
+}
+
+void PlannerPolicy::observe(const StepTimeline& observed, const SimResult& outcome) {
+  ++observed_;
+  auto [it, fresh] = shapes_.try_emplace(observed.signature);
+  Shape& shape = it->second;
+  // Feedback only applies when the plan followed was made for this very shape.
+  const bool planned = !fresh && outcome.plan_alternative >= 0 && outcome.plan_ops == observed.ops.size();
+  if (planned) {
+    for (std::uint32_t b = 0; b < observed.blocks.size(); ++b) {
+      if (observed.blocks[b].predates_step()) continue;
+      if (outcome.late_ns[b] > 0) shape.leads.add(observed.blocks[b].ordinal, outcome.late_ns[b]);
+      if (outcome.demanded[b]) ++mispredictions_;
+    }
+    late_prefetches_ += outcome.late_prefetches;
+  }
+  shape.timeline = observed;
+  classify(shape.timeline);
+  shape.stale = true;
+  shape.last_seen = observed_;
+  // Forget the oldest shapes beyond what is worth following.
+  while (shapes_.size() > 2 * kMaxAlternatives) {
+    auto oldest = std::min_element(shapes_.begin(), shapes_.end(),
+                                   [](auto& a, auto& b) { return a.second.last_seen < b.second.last_seen; });
+    shapes_.erase(oldest);
+  }
+}
+
+}  // namespace tierrt::policy

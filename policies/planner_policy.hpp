@@ -1,0 +1,46 @@
+// The planner as a policy: reactive while it learns (the first step, any step of a
+// shape it has not seen), planned afterwards. It keeps one plan per step shape it has
+// seen, so an eval step in between or a changed shape does not make it follow the
+// wrong plan, and it feeds late prefetches back as earlier triggers.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "policies/planner.hpp"
+#include "policies/policy.hpp"
+
+namespace tierrt::policy {
+
+class PlannerPolicy final : public Policy {
+ public:
+  explicit PlannerPolicy(PlannerOptions options = {}) : options_(options) {}
+
+  std::string_view name() const override { return "tierrt"; }
+  std::vector<StepPlan> plan_step(const StepContext& ctx) override;
+  void observe(const StepTimeline& observed, const SimResult& outcome) override;
+
+  // Mispredictions: blocks the plan spilled that were fetched on demand.
+  std::uint64_t mispredictions() const { return mispredictions_; }
+  std::uint64_t late_prefetches() const { return late_prefetches_; }
+  std::size_t shapes_known() const { return shapes_.size(); }
+
+ private:
+  struct Shape {
+    StepTimeline timeline;
+    PrefetchLeads leads;
+    StepPlan plan;
+    bool stale = true;
+    std::size_t last_seen = 0;
+  };
+
+  PlannerOptions options_;
+  std::unordered_map<std::uint64_t, Shape> shapes_;
+  std::uint64_t last_budget_ = 0;
+  std::size_t observed_ = 0;
+  std::uint64_t mispredictions_ = 0, late_prefetches_ = 0;
+};
+
+}  // namespace tierrt::policy

@@ -1,0 +1,215 @@
+#include "policies/step_detector.hpp"
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <unordered_map>
+
+namespace tierrt::policy {
+namespace {
+
+constexpr std::uint64_t kBase = 0x100000001b3ull;
+
+// Polynomial prefix hashes over token hashes (mod 2^64): any window's hash in O(1).
+class WindowHash {
+ public:
+  explicit WindowHash(const std::vector<Token>& t) : prefix_(t.size() + 1), pow_(t.size() + 1) {
+    pow_[0] = 1;
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      prefix_[i + 1] = prefix_[i] * kBase + t[i].hash;
+      pow_[i + 1] = pow_[i] * kBase;
+    }
+  }
+  std::uint64_t of(std::size_t begin, std::size_t len) const {
+    return prefix_[begin + len] - prefix_[begin] * pow_[len];
+  }
+
+ private:
+  std::vector<std::uint64_t> prefix_, pow_;
+};
+
+struct Period {
+  std::size_t length = 0;
+  std::size_t anchor = 0;  // a token index where a step starts
+};
+
+std::int64_t live_before(const std::vector<Token>& t, std::size_t i) { return i == 0 ? 0 : t[i - 1].live_after; }
+
+// The period of tokens [lo, hi): the repeat distance whose matching runs, each at
+// least one period long and leaving live bytes unchanged, cover the most tokens.
+std::optional<Period> find_period(const std::vector<Token>& t, std::size_t lo, std::size_t hi,
+                                  const StepDetectorOptions& o) {
+  const std::size_t k = o.kgram;
+  if (hi - lo < 2 * std::max(o.min_period, k)) return std::nullopt;
+  const WindowHash wh(t);
+  std::unordered_map<std::uint64_t, std::size_t> last_seen;
+  std::unordered_map<std::size_t, std::size_t> distance_count;
+  for (std::size_t i = lo; i + k <= hi; ++i) {
+    const std::uint64_t h = wh.of(i, k);
+    auto [it, fresh] = last_seen.try_emplace(h, i);
+    if (!fresh) {
+      const std::size_t d = i - it->second;
+      if (d >= o.min_period) ++distance_count[d];
+      it->second = i;
+    }
+  }
+  std::vector<std::pair<std::size_t, std::size_t>> candidates(distance_count.begin(), distance_count.end());
+  std::sort(candidates.begin(), candidates.end(),
+            [](auto& x, auto& y) { return x.second != y.second ? x.second > y.second : x.first < y.first; });
+  if (candidates.size() > o.max_candidates) candidates.resize(o.max_candidates);
+
+  std::optional<Period> best;
+  std::size_t best_cover = 0;
+  for (auto [d, count] : candidates) {
+    (void)count;
+    std::size_t cover = 0, first_run = hi;
+    std::size_t run_start = lo, run = 0;
+    auto close_run = [&](std::size_t end) {
+      if (run >= d && t[run_start + d - 1].live_after == live_before(t, run_start)) {
+        cover += run;
+        if (first_run == hi) first_run = run_start;
+      }
+      run = 0;
+      run_start = end + 1;
+    };
+    for (std::size_t i = lo; i + d < hi; ++i) {
+      if (t[i].hash == t[i + d].hash) {
+        if (run == 0) run_start = i;
+        ++run;
+      } else {
+        close_run(i);
+      }
+    }
+    if (run > 0) close_run(hi);
+    if (cover > best_cover || (cover == best_cover && cover > 0 && best && d < best->length)) {
+      // A step boundary is where memory is lowest: every activation is gone. Memory
+      // stays at that level through the optimizer; the step starts where it rises.
+      std::size_t anchor = first_run;
+      for (std::size_t i = first_run; i < first_run + d; ++i)
+        if (t[i].live_after <= t[anchor].live_after) anchor = i;
+      best = Period{d, anchor + 1};
+      best_cover = cover;
+    }
+  }
+  if (!best) return std::nullopt;
+  // Walk back over earlier copies of the step (the first step often repeats too).
+  while (best->anchor >= lo + best->length &&
+         wh.of(best->anchor - best->length, best->length) == wh.of(best->anchor, best->length))
+    best->anchor -= best->length;
+  return best;
+}
+
+std::uint64_t signature_of(const WindowHash& wh, std::size_t begin, std::size_t len) {
+  return wh.of(begin, len) ^ (len * 0x9e3779b97f4a7c15ull);
+}
+
+void assign_shapes(StepDetection& d) {
+  std::unordered_map<std::uint64_t, std::uint32_t> ids;
+  std::map<std::uint32_t, std::size_t> counts;
+  for (auto& s : d.spans) {
+    auto [it, fresh] = ids.try_emplace(s.signature, static_cast<std::uint32_t>(ids.size()));
+    (void)fresh;
+    s.shape = it->second;
+    if (!s.prologue) ++counts[s.shape];
+  }
+  std::size_t best = 0;
+  for (auto [shape, n] : counts)
+    if (n > best) best = n, d.dominant_shape = shape;
+}
+
+std::size_t event_of(const StepDetection& d, std::size_t token, std::size_t trace_size) {
+  return token < d.tokens.size() ? d.tokens[token].event : trace_size;
+}
+
+void segment_by_markers(const Trace& trace, StepDetection& d, const WindowHash& wh) {
+  std::vector<std::size_t> marks;
+  for (std::size_t i = 0; i < trace.size(); ++i)
+    if (trace[i].kind == EventKind::Step) marks.push_back(i);
+  // Token index of the first token at or after each event boundary.
+  auto token_at = [&](std::size_t event) {
+    return static_cast<std::size_t>(std::lower_bound(d.tokens.begin(), d.tokens.end(), event,
+                                                     [](const Token& t, std::size_t e) { return t.event < e; }) -
+                                    d.tokens.begin());
+  };
+  auto add = [&](std::size_t b, std::size_t e, bool prologue) {
+    const std::size_t tb = token_at(b), te = token_at(e);
+    if (prologue && tb == te) return;
+    d.spans.push_back(StepSpan{b, e, tb, te, signature_of(wh, tb, te - tb), 0, prologue});
+  };
+  if (marks.front() > 0) add(0, marks.front(), true);
+  for (std::size_t m = 0; m < marks.size(); ++m)
+    add(marks[m], m + 1 < marks.size() ? marks[m + 1] : trace.size(), false);
+}
+
+void segment_by_period(const Trace& trace, StepDetection& d, const WindowHash& wh,
+                       const StepDetectorOptions& o) {
+  const std::size_t n = d.tokens.size();
+  auto add = [&](std::size_t tb, std::size_t te, bool prologue) {
+    if (tb >= te) return;
+    d.spans.push_back(StepSpan{tb == 0 ? 0 : event_of(d, tb, trace.size()), event_of(d, te, trace.size()), tb, te,
+                               signature_of(wh, tb, te - tb), 0, prologue});
+  };
+  auto period = find_period(d.tokens, 0, n, o);
+  if (!period) {  // nothing repeats: the whole stream is one step
+    add(0, n, false);
+    return;
+  }
+  d.period_tokens = period->length;
+  add(0, period->anchor, true);
+  std::size_t b = period->anchor;
+  std::size_t len = period->length;
+  std::uint64_t ref = wh.of(b, len);
+  while (b < n) {
+    if (b + len <= n && wh.of(b, len) == ref) {
+      add(b, b + len, false);
+      b += len;
+      continue;
+    }
+    // A step that differs: it runs until the learned step shows up again.
+    std::size_t c = b + 1;
+    while (c + len <= n && wh.of(c, len) != ref) ++c;
+    if (c + len <= n) {
+      add(b, c, false);
+      b = c;
+      continue;
+    }
+    // The learned step never comes back: the shape changed; learn the new period.
+    auto next = find_period(d.tokens, b, n, o);
+    if (!next || next->anchor + next->length > n) {
+      add(b, n, false);
+      break;
+    }
+    add(b, next->anchor, false);
+    b = next->anchor;
+    len = next->length;
+    ref = wh.of(b, len);
+  }
+}
+
+}  // namespace
+
+std::vector<std::uint64_t> StepDetection::token_hashes(const StepSpan& s) const {
+  std::vector<std::uint64_t> out;
+  out.reserve(s.end_token - s.begin_token);
+  for (std::size_t i = s.begin_token; i < s.end_token; ++i) out.push_back(tokens[i].hash);
+  return out;
+}
+
+std::size_t StepDetection::step_count() const {
+  return static_cast<std::size_t>(std::count_if(spans.begin(), spans.end(), [](auto& s) { return !s.prologue; }));
+}
+
+StepDetection detect_steps(const Trace& trace, const StepDetectorOptions& options) {
+  StepDetection d;
+  d.tokens = tokenize(trace);
+  const WindowHash wh(d.tokens);
+  d.used_markers = std::any_of(trace.begin(), trace.end(), [](const Event& e) { return e.kind == EventKind::Step; });
+  if (d.used_markers)
+    segment_by_markers(trace, d, wh);
+  else
+    segment_by_period(trace, d, wh, options);
+  assign_shapes(d);
+  return d;
+}
+
+}  // namespace tierrt::policy

@@ -1,0 +1,182 @@
+#include "policies/step_timeline.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+
+namespace tierrt::policy {
+namespace {
+
+struct LiveBlock {
+  std::uint64_t bytes = 0;
+  Role role = Role::Unknown;
+  std::uint32_t layer = kNoLayer;
+};
+
+// Accumulates one step; the block table is shared across steps so that blocks that
+// predate a step are known with their sizes.
+class TimelineBuilder {
+ public:
+  TimelineBuilder(std::unordered_map<BlockId, LiveBlock>& live) : live_(live) {
+    // Sorted so that block indices do not depend on hash-table order.
+    std::vector<BlockId> ids;
+    ids.reserve(live_.size());
+    for (auto& entry : live_) ids.push_back(entry.first);
+    std::sort(ids.begin(), ids.end());
+    for (BlockId id : ids) add_block(id, live_.at(id), kNoOrdinal);
+  }
+
+  void feed(const Event& e) {
+    switch (e.kind) {
+      case EventKind::Alloc: {
+        LiveBlock b{e.b, Role::Unknown, kNoLayer};
+        live_[e.a] = b;
+        add_block(e.a, b, next_ordinal_++);
+        break;
+      }
+      case EventKind::Free: {
+        auto it = index_.find(e.a);
+        if (it != index_.end() && tl_.blocks[it->second].free_op == kNever)
+          tl_.blocks[it->second].free_op = static_cast<std::uint32_t>(tl_.ops.size());
+        live_.erase(e.a);
+        break;
+      }
+      case EventKind::Tag: {
+        auto it = index_.find(e.a);
+        if (it != index_.end()) {
+          tl_.blocks[it->second].role = static_cast<Role>(e.sub);
+          tl_.blocks[it->second].layer = static_cast<std::uint32_t>(e.b);
+        }
+        auto lit = live_.find(e.a);
+        if (lit != live_.end()) lit->second.role = static_cast<Role>(e.sub), lit->second.layer = static_cast<std::uint32_t>(e.b);
+        break;
+      }
+      case EventKind::Launch:
+        op_of_seq_[e.a] = static_cast<std::uint32_t>(tl_.ops.size());
+        tl_.ops.push_back(OpRecord{e.a, e.b, 0, 0});
+        break;
+      case EventKind::Use: {
+        auto op = op_of_seq_.find(e.b);
+        auto blk = index_.find(e.a);
+        if (op == op_of_seq_.end() || blk == index_.end()) break;  // untracked memory or a foreign launch
+        uses_.emplace_back(op->second, blk->second);
+        break;
+      }
+      case EventKind::Phase:
+        if (static_cast<Phase>(e.sub) == Phase::Backward && !tl_.backward_begin)
+          tl_.backward_begin = static_cast<std::uint32_t>(tl_.ops.size());
+        break;
+      case EventKind::CopyRate:
+        (static_cast<CopyDir>(e.sub) == CopyDir::DeviceToHost ? tl_.measured_d2h_bps : tl_.measured_h2d_bps) =
+            static_cast<double>(e.a);
+        break;
+      case EventKind::Sync:
+      case EventKind::Step:
+        break;
+    }
+  }
+
+  StepTimeline finish() {
+    // Group uses both ways; a block named twice by one launch counts once.
+    std::sort(uses_.begin(), uses_.end());
+    uses_.erase(std::unique(uses_.begin(), uses_.end()), uses_.end());
+    for (std::size_t i = 0, u = 0; i < tl_.ops.size(); ++i) {
+      tl_.ops[i].uses_begin = static_cast<std::uint32_t>(tl_.op_uses.size());
+      for (; u < uses_.size() && uses_[u].first == i; ++u) tl_.op_uses.push_back(uses_[u].second);
+      tl_.ops[i].uses_end = static_cast<std::uint32_t>(tl_.op_uses.size());
+    }
+    std::vector<std::vector<std::uint32_t>> per_block(tl_.blocks.size());
+    for (auto [op, blk] : uses_) per_block[blk].push_back(op);
+    for (std::size_t b = 0; b < tl_.blocks.size(); ++b) {
+      tl_.blocks[b].uses_begin = static_cast<std::uint32_t>(tl_.block_uses.size());
+      tl_.block_uses.insert(tl_.block_uses.end(), per_block[b].begin(), per_block[b].end());
+      tl_.blocks[b].uses_end = static_cast<std::uint32_t>(tl_.block_uses.size());
+    }
+    tl_.by_ordinal.assign(next_ordinal_, 0);
+    for (std::size_t b = 0; b < tl_.blocks.size(); ++b)
+      if (!tl_.blocks[b].predates_step()) tl_.by_ordinal[tl_.blocks[b].ordinal] = static_cast<std::uint32_t>(b);
+    return std::move(tl_);
+  }
+
+ private:
+  void add_block(BlockId id, const LiveBlock& b, std::uint32_t ordinal) {
+    BlockRecord r;
+    r.id = id;
+    r.bytes = b.bytes;
+    r.ordinal = ordinal;
+    r.alloc_op = static_cast<std::uint32_t>(tl_.ops.size());
+    r.role = b.role;
+    r.layer = b.layer;
+    index_[id] = static_cast<std::uint32_t>(tl_.blocks.size());
+    tl_.blocks.push_back(r);
+  }
+
+  std::unordered_map<BlockId, LiveBlock>& live_;
+  StepTimeline tl_;
+  std::unordered_map<BlockId, std::uint32_t> index_;
+  std::unordered_map<LaunchSeq, std::uint32_t> op_of_seq_;
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> uses_;
+  std::uint32_t next_ordinal_ = 0;
+};
+
+void track_only(std::unordered_map<BlockId, LiveBlock>& live, const Event& e) {
+  if (e.kind == EventKind::Alloc) live[e.a] = LiveBlock{e.b, Role::Unknown, kNoLayer};
+  if (e.kind == EventKind::Free) live.erase(e.a);
+  if (e.kind == EventKind::Tag) {
+    auto it = live.find(e.a);
+    if (it != live.end()) it->second.role = static_cast<Role>(e.sub), it->second.layer = static_cast<std::uint32_t>(e.b);
+  }
+}
+
+}  // namespace
+
+std::uint64_t StepTimeline::compute_ns() const {
+  std::uint64_t t = 0;
+  for (const auto& op : ops) t += op.duration_ns;
+  return t;
+}
+
+std::uint32_t StepTimeline::ops_matching(const std::vector<std::uint64_t>& expected) const {
+  const std::size_t n = common_prefix(expected, tokens);
+  if (n == tokens.size()) return static_cast<std::uint32_t>(ops.size());
+  return token_op[n];
+}
+
+std::vector<std::uint64_t> StepTimeline::resident_profile() const {
+  std::vector<std::int64_t> delta(ops.size() + 1, 0);
+  for (const auto& b : blocks) {
+    const std::uint32_t end = b.free_op == kNever ? static_cast<std::uint32_t>(ops.size()) : b.free_op;
+    if (b.alloc_op >= end) continue;  // allocated and freed between two launches
+    delta[b.alloc_op] += static_cast<std::int64_t>(b.bytes);
+    delta[end] -= static_cast<std::int64_t>(b.bytes);
+  }
+  std::vector<std::uint64_t> out(ops.size());
+  std::int64_t cur = 0;
+  for (std::size_t i = 0; i < ops.size(); ++i) out[i] = static_cast<std::uint64_t>(cur += delta[i]);
+  return out;
+}
+
+std::vector<StepTimeline> build_timelines(const Trace& trace, const StepDetection& steps) {
+  std::vector<StepTimeline> out;
+  std::unordered_map<BlockId, LiveBlock> live;
+  std::size_t pos = 0;
+  for (const auto& span : steps.spans) {
+    for (; pos < span.begin_event; ++pos) track_only(live, trace[pos]);
+    if (span.prologue) continue;
+    TimelineBuilder b(live);
+    for (; pos < span.end_event; ++pos) b.feed(trace[pos]);
+    StepTimeline tl = b.finish();
+    tl.tokens = steps.token_hashes(span);
+    std::uint32_t launched = 0;
+    std::size_t tok = span.begin_token;
+    for (std::size_t e = span.begin_event; e < span.end_event; ++e) {
+      for (; tok < span.end_token && steps.tokens[tok].event <= e; ++tok) tl.token_op.push_back(launched);
+      if (trace[e].kind == EventKind::Launch) ++launched;
+    }
+    for (; tok < span.end_token; ++tok) tl.token_op.push_back(launched);
+    tl.signature = span.signature;
+    out.push_back(std::move(tl));
+  }
+  return out;
+}
+
+}  // namespace tierrt::policy

@@ -1,0 +1,71 @@
+// One step as the planner sees it: the launches in order with their measured
+// durations, and every block live during the step with its allocation point, free
+// point and uses (launch indices within the step).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "policies/event.hpp"
+#include "policies/lifetime_class.hpp"
+#include "policies/step_detector.hpp"
+
+namespace tierrt::policy {
+
+inline constexpr std::uint32_t kNoOrdinal = 0xffffffffu;
+inline constexpr std::uint32_t kNever = 0xffffffffu;
+
+struct OpRecord {
+  std::uint64_t seq = 0;          // the launch sequence number it had in the trace
+  std::uint64_t duration_ns = 0;  // measured time until the next launch
+  std::uint32_t uses_begin = 0, uses_end = 0;  // into StepTimeline::op_uses
+};
+
+struct BlockRecord {
+  BlockId id = 0;
+  std::uint64_t bytes = 0;
+  std::uint32_t ordinal = kNoOrdinal;  // allocation order within the step; kNoOrdinal if it predates the step
+  std::uint32_t alloc_op = 0;          // first launch that can see it (0 for blocks that predate the step)
+  std::uint32_t free_op = kNever;      // first launch after its free (kNever: it outlives the step)
+  std::uint32_t uses_begin = 0, uses_end = 0;  // into StepTimeline::block_uses, ascending launch indices
+  Role role = Role::Unknown;           // from Tag events, only for ground truth and named baselines
+  std::uint32_t layer = kNoLayer;
+  LifetimeClass cls = LifetimeClass::Transient;
+
+  bool predates_step() const { return ordinal == kNoOrdinal; }
+  std::uint32_t use_count() const { return uses_end - uses_begin; }
+};
+
+struct StepTimeline {
+  std::vector<OpRecord> ops;
+  std::vector<BlockRecord> blocks;
+  std::vector<std::uint32_t> op_uses;     // block indices, grouped per op
+  std::vector<std::uint32_t> block_uses;  // op indices, grouped per block
+  std::vector<std::uint32_t> by_ordinal;  // ordinal -> block index
+  std::vector<std::uint64_t> tokens;      // what a StepFollower checks the next step against
+  std::vector<std::uint32_t> token_op;    // per token: launches issued before it
+  std::uint64_t signature = 0;
+  std::optional<std::uint32_t> backward_begin;  // first launch after a Phase(Backward) marker
+  double measured_d2h_bps = 0, measured_h2d_bps = 0;  // from CopyRate events; 0 when none
+
+  std::span<const std::uint32_t> uses_of(std::uint32_t block) const {
+    return {block_uses.data() + blocks[block].uses_begin, blocks[block].uses_end - blocks[block].uses_begin};
+  }
+  std::span<const std::uint32_t> blocks_of(std::uint32_t op) const {
+    return {op_uses.data() + ops[op].uses_begin, ops[op].uses_end - ops[op].uses_begin};
+  }
+  std::uint64_t compute_ns() const;
+  // Launches a follower lets through when the step matches `expected` only up to
+  // their common token prefix.
+  std::uint32_t ops_matching(const std::vector<std::uint64_t>& expected) const;
+  // Device bytes during each launch if nothing were ever moved.
+  std::vector<std::uint64_t> resident_profile() const;
+};
+
+// One timeline per non-prologue span of `steps`, in order.
+std::vector<StepTimeline> build_timelines(const Trace& trace, const StepDetection& steps);
+
+}  // namespace tierrt::policy

@@ -1,0 +1,63 @@
+// Tokens: the event stream reduced to what repeats from one training step to the
+// next (allocation sizes, free sizes, launches and the sizes of what they touch).
+// Block ids, launch sequence numbers and timings differ every step, so they are
+// left out; step detection and plan following compare token sequences.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <vector>
+
+#include "policies/event.hpp"
+
+namespace tierrt::policy {
+
+struct Token {
+  std::uint64_t hash = 0;
+  std::uint32_t event = 0;        // index of the event that opened the token
+  std::int64_t live_after = 0;    // bytes live once this token's event has happened
+};
+
+// Online: the runtime can feed events as they arrive. A launch becomes a token only
+// once its Use events are complete, i.e. when the next non-Use event arrives.
+class Tokenizer {
+ public:
+  void feed(const Event& e, std::uint32_t index, std::vector<Token>& out);
+  void finish(std::vector<Token>& out);
+  std::int64_t live_bytes() const { return live_; }
+
+ private:
+  void flush_launch(std::vector<Token>& out);
+
+  std::unordered_map<BlockId, std::uint64_t> sizes_;
+  std::int64_t live_ = 0;
+  bool launch_open_ = false;
+  std::uint32_t launch_event_ = 0;
+  std::uint32_t launch_stream_ = 0;
+  std::uint64_t launch_uses_ = 0;
+  std::uint64_t launch_use_bytes_ = 0;
+};
+
+std::vector<Token> tokenize(const Trace& trace);
+
+// Follows a step against the token sequence of a learned step; the first token that
+// differs marks the step as deviating, and from then on the plan must not be used.
+class StepFollower {
+ public:
+  StepFollower() = default;
+  explicit StepFollower(std::vector<std::uint64_t> expected) : expected_(std::move(expected)) {}
+  bool advance(std::uint64_t token);
+  bool on_track() const { return on_track_; }
+  std::size_t matched() const { return matched_; }
+
+ private:
+  std::vector<std::uint64_t> expected_;
+  std::size_t matched_ = 0;
+  bool on_track_ = true;
+};
+
+// Length of the common prefix of two token sequences: where a follower would stop.
+std::size_t common_prefix(const std::vector<std::uint64_t>& a, const std::vector<std::uint64_t>& b);
+
+}  // namespace tierrt::policy

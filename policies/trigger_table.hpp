@@ -1,0 +1,50 @@
+// The plan as the launch path consumes it: triggers keyed by launch index within the
+// step, looked up in O(1). The launch hook never plans; it reads this table.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace tierrt::policy {
+
+enum class Action : std::uint8_t {
+  Spill,       // after launch `op`, copy the block to the host; release it once launch `release_after` is done
+  Prefetch,    // when launch `op` is issued, start bringing the block back
+  AwaitSpill,  // launch `op` waits until the block's spill has completed (synchronous offload baselines)
+};
+
+struct Trigger {
+  std::uint32_t op = 0;
+  Action action = Action::Spill;
+  std::uint32_t ordinal = 0;        // the block, by allocation order within the step
+  std::uint32_t release_after = 0;  // Spill only: last launch that still reads the device copy
+
+  friend bool operator==(const Trigger&, const Trigger&) = default;
+};
+
+class TriggerTable {
+ public:
+  TriggerTable() = default;
+  TriggerTable(std::vector<Trigger> triggers, std::uint32_t op_count);
+
+  std::span<const Trigger> at(std::uint32_t op) const;
+  const std::vector<Trigger>& all() const { return triggers_; }
+  std::uint32_t op_count() const { return static_cast<std::uint32_t>(first_.empty() ? 0 : first_.size() - 1); }
+  bool empty() const { return triggers_.empty(); }
+
+ private:
+  std::vector<Trigger> triggers_;     // sorted by op
+  std::vector<std::uint32_t> first_;  // first_[op] .. first_[op+1]
+};
+
+// What a policy hands over for one step. `expected_tokens` names the step the
+// triggers were computed for; the follower stops using the table at the first
+// token that differs. Empty means the triggers come from the step itself (baselines
+// that model framework-integrated offload).
+struct StepPlan {
+  std::vector<std::uint64_t> expected_tokens;
+  TriggerTable triggers;
+};
+
+}  // namespace tierrt::policy

@@ -1,0 +1,144 @@
+#include "runtime/config.h"
+
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <string>
+
+namespace tierrt::config {
+
+namespace {
+
+constexpr std::string_view kByteForms =
+    "a byte count with an optional unit B, KiB, MiB, GiB, TiB (or K, M, G, T; "
+    "KB, MB, GB, TB are powers of 1000), e.g. 1073741824, 512MiB, 1.5GiB";
+
+std::string trim(std::string_view s) {
+  std::size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return std::string(s.substr(b, e - b));
+}
+
+std::string lower(std::string_view s) {
+  std::string r(s);
+  for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return r;
+}
+
+void set_error(std::string* error, std::string_view variable, std::string_view value,
+               std::string_view accepted) {
+  if (error == nullptr) return;
+  *error = "tierrt: ";
+  *error += variable;
+  *error += "=\"";
+  *error += value;
+  *error += "\" is not accepted; expected ";
+  *error += accepted;
+}
+
+}  // namespace
+
+std::uint64_t ByteSize::resolve(std::uint64_t whole) const noexcept {
+  if (!relative) return bytes;
+  const long double v = static_cast<long double>(whole) * fraction;
+  return static_cast<std::uint64_t>(v);
+}
+
+std::optional<ByteSize> parse_byte_size(std::string_view variable,
+                                        std::string_view value,
+                                        bool allow_percent, std::string* error) {
+  const std::string accepted =
+      allow_percent ? std::string(kByteForms) + ", or a percentage in (0, 100] like 90%"
+                    : std::string(kByteForms);
+  const std::string s = trim(value);
+  // Number: digits with at most one '.', no sign, no exponent.
+  std::size_t i = 0;
+  bool dot = false, digits = false;
+  while (i < s.size() && (std::isdigit(static_cast<unsigned char>(s[i])) ||
+                          (s[i] == '.' && !dot))) {
+    if (s[i] == '.') dot = true; else digits = true;
+    ++i;
+  }
+  if (!digits) {
+    set_error(error, variable, value, accepted);
+    return std::nullopt;
+  }
+  const std::string num = s.substr(0, i);
+  std::string unit = lower(trim(std::string_view(s).substr(i)));
+  const long double x = std::strtold(num.c_str(), nullptr);
+
+  if (unit == "%") {
+    if (!allow_percent || !(x > 0) || x > 100) {
+      set_error(error, variable, value, accepted);
+      return std::nullopt;
+    }
+    ByteSize b;
+    b.relative = true;
+    b.fraction = static_cast<double>(x / 100);
+    return b;
+  }
+  long double mult = 0;
+  if (unit.empty() || unit == "b") mult = 1;
+  else if (unit == "k" || unit == "kib") mult = 1024.0L;
+  else if (unit == "m" || unit == "mib") mult = 1024.0L * 1024;
+  else if (unit == "g" || unit == "gib") mult = 1024.0L * 1024 * 1024;
+  else if (unit == "t" || unit == "tib") mult = 1024.0L * 1024 * 1024 * 1024;
+  else if (unit == "kb") mult = 1e3L;
+  else if (unit == "mb") mult = 1e6L;
+  else if (unit == "gb") mult = 1e9L;
+  else if (unit == "tb") mult = 1e12L;
+  const long double v = x * mult;
+  // Whole bytes only, and within 2^63.
+  if (mult == 0 || v != std::floor(v) || v >= 9.2e18L) {
+    set_error(error, variable, value, accepted);
+    return std::nullopt;
+  }
+  return ByteSize::absolute(static_cast<std::uint64_t>(v));
+}
+
+std::optional<int> parse_choice(std::string_view variable, std::string_view value,
+                                std::initializer_list<std::string_view> choices,
+                                std::string* error) {
+  const std::string v = lower(trim(value));
+  int k = 0;
+  std::string accepted = "one of ";
+  for (std::string_view c : choices) {
+    if (v == lower(c)) return k;
+    if (k) accepted += ", ";
+    accepted += c;
+    ++k;
+  }
+  set_error(error, variable, value, accepted);
+  return std::nullopt;
+}
+
+bool read_allocator_config(AllocatorConfig* out, std::string* error,
+                           GetenvFn getenv_fn) {
+  if (getenv_fn == nullptr) getenv_fn = [](const char* n) -> const char* { return std::getenv(n); };
+  AllocatorConfig c;
+  if (const char* v = getenv_fn("TIERRT_DEVICE_BUDGET"); v && *v) {
+    auto b = parse_byte_size("TIERRT_DEVICE_BUDGET", v, true, error);
+    if (!b) return false;
+    c.device_budget = b;
+  }
+  if (const char* v = getenv_fn("TIERRT_HOST_BUDGET"); v && *v) {
+    auto b = parse_byte_size("TIERRT_HOST_BUDGET", v, true, error);
+    if (!b) return false;
+    c.host_budget = b;
+  }
+  if (const char* v = getenv_fn("TIERRT_MIN_BYTES"); v && *v) {
+    auto b = parse_byte_size("TIERRT_MIN_BYTES", v, false, error);
+    if (!b) return false;
+    c.min_bytes = b->bytes;
+  }
+  if (const char* v = getenv_fn("TIERRT_SPILL_MODE"); v && *v) {
+    auto k = parse_choice("TIERRT_SPILL_MODE", v, {"auto", "remap", "copy"}, error);
+    if (!k) return false;
+    c.spill_mode = static_cast<SpillMode>(*k);
+  }
+  *out = c;
+  return true;
+}
+
+}  // namespace tierrt::config

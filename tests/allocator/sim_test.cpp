@@ -1,0 +1,396 @@
+// The allocator on simdev: DESIGN.md's invariants of "Blocks and their
+// states" (one test each), the cache, OOM rescue and the host budget.
+#include <chrono>
+#include <thread>
+
+#include "driver/driver.h"
+#include "tests/allocator/sim_support.h"
+
+namespace tierrt::alloc::testing {
+namespace {
+
+constexpr std::size_t MiB = 1u << 20;
+
+std::unique_ptr<Allocator> make(SpillMode m, Options o = {}) {
+  Env::get().bind();
+  o.auto_mode = false;
+  o.mode = m;
+  CUresult r = CUDA_SUCCESS;
+  auto a = Allocator::create(o, &r);
+  EXPECT_EQ(r, CUDA_SUCCESS) << drv::result_name(r);
+  if (a) {
+    EXPECT_EQ(a->mode(), m);
+  }
+  return a;
+}
+
+Block* alloc(Allocator& a, std::size_t n, CUstream s = nullptr) {
+  CUdeviceptr p = 0;
+  EXPECT_EQ(a.allocate(&p, n, s), CUDA_SUCCESS);
+  Block* b = a.lookup(p);
+  EXPECT_NE(b, nullptr);
+  return b;
+}
+
+class Modes : public ::testing::TestWithParam<SpillMode> {};
+std::string mode_name(const ::testing::TestParamInfo<SpillMode>& i) {
+  return i.param == SpillMode::Remap ? "remap" : "copy";
+}
+
+// Invariant: a block's bytes after any spill / fetch cycle equal its bytes
+// before, bit for bit.
+TEST_P(Modes, InvariantBytesEqualAfterSpillFetchCycle) {
+  auto a = make(GetParam());
+  for (std::size_t n : {MiB, 3 * MiB + 17, 16 * MiB}) {
+    Block* b = alloc(*a, n);
+    CU_OK(fill(*a, b, nullptr, n));
+    for (int cycle = 0; cycle < 3; ++cycle) {
+      a->drain();  // a fetch not yet finalised answers Busy
+      ASSERT_EQ(a->spill(b), SpillResult::Started);
+      a->drain();
+      ASSERT_EQ(b->st(), State::Spilled);
+      if (cycle == 1) {
+        CU_OK(a->prefetch(b, nullptr));  // else a demand fetch
+      }
+      std::vector<std::uint8_t> got;
+      CU_OK(read(*a, b, &got));
+      ASSERT_EQ(got, expected(n, n)) << "size " << n << " cycle " << cycle;
+    }
+    CU_OK(a->free(b->va, nullptr));
+  }
+  CU_OK(cuCtxSynchronize());
+}
+
+// Invariant: device physical memory of a block is released only after its
+// D2H copy completed and every launch that named it has completed.
+TEST_P(Modes, InvariantDeviceMemoryReleasedOnlyAfterCopyAndUses) {
+  auto a = make(GetParam());
+  Block* b = alloc(*a, 8 * MiB);
+  CUstream s;
+  CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  const auto before = simdev_device_bytes_in_use();
+  CU_OK(fill(*a, b, s, 42, /*slow=*/true));  // the stream is busy 50 ms
+  ASSERT_EQ(a->spill(b), SpillResult::Started);
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(b->st(), State::Spilling);
+  EXPECT_EQ(simdev_device_bytes_in_use(), before);  // still held: a use is in flight
+  a->drain();
+  EXPECT_EQ(b->st(), State::Spilled);
+  if (GetParam() == SpillMode::Copy) {
+    EXPECT_LT(simdev_device_bytes_in_use(), before);
+  }
+  std::vector<std::uint8_t> got;
+  CU_OK(read(*a, b, &got, s));
+  EXPECT_EQ(got, expected(8 * MiB, 42));  // the copy saw the launch's bytes
+  CU_OK(a->free(b->va, s));
+  CU_OK(cuStreamDestroy(s));
+}
+
+// Invariant: a launch, copy or memset is never enqueued against a VA that is
+// unmapped. Launches race spills; simdev's sticky illegal-address error
+// would tell.
+TEST_P(Modes, InvariantNothingEnqueuedAgainstUnmappedVa) {
+  auto a = make(GetParam());
+  std::vector<Block*> bs;
+  for (int i = 0; i < 16; ++i) bs.push_back(alloc(*a, 2 * MiB + i * 4096));
+  CUstream s;
+  CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  std::atomic<bool> stop{false};
+  std::thread spiller([&] {
+    Env::get().bind();
+    std::uint64_t i = 0;
+    while (!stop.load()) {
+      Block* b = bs[mix(i++) % bs.size()];
+      (void)a->spill(b);
+      if (i % 7 == 0) (void)a->prefetch(b, nullptr);
+    }
+  });
+  std::vector<std::uint64_t> seed(bs.size(), 0);
+  for (int it = 0; it < 400; ++it) {
+    const std::size_t k = mix(it + 1000) % bs.size();
+    seed[k] = it + 1;
+    CU_OK(fill(*a, bs[k], s, seed[k]));
+  }
+  stop = true;
+  spiller.join();
+  CU_OK(cuStreamSynchronize(s));
+  for (std::size_t k = 0; k < bs.size(); ++k) {
+    if (seed[k] == 0) continue;
+    std::vector<std::uint8_t> got;
+    CU_OK(read(*a, bs[k], &got, s));
+    EXPECT_EQ(got, expected(bs[k]->size, seed[k])) << k;
+  }
+  CU_OK(cuCtxSynchronize());  // no sticky CUDA_ERROR_ILLEGAL_ADDRESS
+  CU_OK(cuStreamDestroy(s));
+}
+
+// Invariant: a prefetch that the consumer's stream has not waited for is
+// never relied on: the consumer stream waits on the prefetch event, with no
+// host synchronisation.
+TEST_P(Modes, InvariantConsumerStreamWaitsOnPrefetchEvent) {
+  auto a = make(GetParam());
+  const std::size_t n = 64 * MiB;  // slow enough to be in flight (throttled link)
+  Block* b = alloc(*a, n);
+  CUdeviceptr out = 0;
+  CU_OK(a->allocate(&out, 8, nullptr));
+  CU_OK(fill(*a, b, nullptr, 7));
+  ASSERT_EQ(a->spill(b), SpillResult::Started);
+  a->drain();
+  CUstream consumer;
+  CU_OK(cuStreamCreate(&consumer, CU_STREAM_NON_BLOCKING));
+  drv::reset_counts();
+  drv::set_counting(true);
+  const auto t0 = std::chrono::steady_clock::now();
+  CU_OK(a->prefetch(b, consumer));
+  const auto took = std::chrono::steady_clock::now() - t0;
+  drv::set_counting(false);
+  // No host synchronisation: prefetch returns while the copy is in flight
+  // (64 MiB at 4 GB/s takes 16 ms), and the consumer waits on its event.
+  EXPECT_EQ(b->st(), State::Fetching);
+  EXPECT_LT(took, std::chrono::milliseconds(8));
+  EXPECT_GE(drv::calls(drv::Id::cuStreamWaitEvent), 1u);
+  // The consumer's kernel goes in right away; it must see every byte.
+  Block* bs[1] = {b};
+  CU_OK(use_blocks(*a, bs, consumer, [&] { return launch3(Env::get().k.sum, consumer, b->va, n, out); }));
+  std::uint64_t h = 0;
+  CU_OK(cuMemcpyDtoHAsync(&h, out, 8, consumer));
+  CU_OK(cuStreamSynchronize(consumer));
+  const auto want = expected(n, 7);
+  EXPECT_EQ(h, checksum(want.data(), n));
+  CU_OK(a->free(b->va, consumer));
+  CU_OK(a->free(out, consumer));
+  CU_OK(cuStreamDestroy(consumer));
+}
+
+// Invariant: nothing is spilled or fetched while a stream that touches the
+// block is capturing; allocations made under capture pass through.
+TEST_P(Modes, InvariantNothingMovesUnderStreamCapture) {
+  auto a = make(GetParam());
+  CUstream s;
+  CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  Block* b = alloc(*a, 4 * MiB, s);
+  CU_OK(fill(*a, b, s, 3));
+  CU_OK(cuStreamSynchronize(s));
+  CU_OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+  EXPECT_EQ(a->spill(b), SpillResult::Busy);
+  EXPECT_EQ(b->st(), State::Resident);
+  // A block named by captured work stays resident for good.
+  Block* bs[1] = {b};
+  CU_OK(a->record_use(bs, s, /*capturing=*/true));
+  CUdeviceptr raw = 0;
+  const auto dev_allocs = a->stats().driver_allocs;
+  CU_OK(a->allocate(&raw, 4 * MiB, s, AllocFlags{.pass_through = true}));
+  EXPECT_EQ(a->lookup(raw), nullptr);  // not a block: passed through
+  EXPECT_EQ(a->stats().driver_allocs, dev_allocs);
+  CUgraph g = nullptr;
+  CU_OK(cuStreamEndCapture(s, &g));
+  EXPECT_EQ(a->spill(b), SpillResult::Busy);
+  CU_OK(a->free(raw, s));
+  CU_OK(a->free(b->va, s));
+  // A fresh block whose stream captured nothing spills normally.
+  Block* c = alloc(*a, 4 * MiB, s);
+  CU_OK(fill(*a, c, s, 4));
+  EXPECT_EQ(a->spill(c), SpillResult::Started);
+  a->drain();
+  std::vector<std::uint8_t> got;
+  CU_OK(read(*a, c, &got, s));
+  EXPECT_EQ(got, expected(4 * MiB, 4));
+  CU_OK(a->free(c->va, s));
+  CU_OK(cuStreamDestroy(s));
+}
+
+// Invariant: when the host tier is full, spilling stops (the job goes on).
+TEST_P(Modes, InvariantFullHostBudgetStopsSpillingWithoutFailing) {
+  Options o;
+  o.host_budget = 24 * MiB;
+  o.pinned_chunk = 8 * MiB;
+  auto a = make(GetParam(), o);
+  std::vector<Block*> bs;
+  for (int i = 0; i < 8; ++i) {
+    bs.push_back(alloc(*a, 4 * MiB));
+    CU_OK(fill(*a, bs.back(), nullptr, 100 + i));
+  }
+  int started = 0, full = 0;
+  for (Block* b : bs) {
+    const SpillResult r = a->spill(b);
+    if (r == SpillResult::Started) ++started;
+    if (r == SpillResult::HostFull) ++full;
+  }
+  a->drain();
+  EXPECT_GE(started, 1);
+  EXPECT_GT(full, 0);
+  EXPECT_LE(a->stats().host_used, 24 * MiB);
+  // The application keeps working: allocations, uses, and every byte intact.
+  Block* more = alloc(*a, 4 * MiB);
+  CU_OK(fill(*a, more, nullptr, 99));
+  for (int i = 0; i < 8; ++i) {
+    std::vector<std::uint8_t> got;
+    CU_OK(read(*a, bs[i], &got));
+    EXPECT_EQ(got, expected(4 * MiB, 100 + i)) << i;
+  }
+  for (Block* b : bs) CU_OK(a->free(b->va, nullptr));
+  CU_OK(a->free(more->va, nullptr));
+}
+
+// Invariant: when a device allocation fails, the runtime spills what it can
+// and retries before reporting OOM. Idle blocks adding up to three times the
+// device all fit, and keep their bytes.
+TEST_P(Modes, InvariantOomRescueSpillsIdleBlocks) {
+  CUdevice d = Env::get().dev;
+  std::size_t total = 0;
+  CU_OK(cuDeviceTotalMem(&total, d));
+  Options o;
+  o.device_budget = total;  // let the driver's OOM drive the rescue too
+  auto a = make(GetParam(), o);
+  const std::size_t n = 16 * MiB;
+  const std::size_t count = 3 * total / n;
+  std::vector<Block*> bs;
+  for (std::size_t i = 0; i < count; ++i) {
+    CUdeviceptr p = 0;
+    ASSERT_EQ(a->allocate(&p, n, nullptr), CUDA_SUCCESS) << "allocation " << i << " of " << count;
+    bs.push_back(a->lookup(p));
+    CU_OK(fill(*a, bs.back(), nullptr, 1000 + i));
+  }
+  const Stats st = a->stats();
+  EXPECT_GT(st.spills, 0u);
+  EXPECT_LE(st.device_peak, total);
+  for (std::size_t i = 0; i < count; ++i) {
+    std::vector<std::uint8_t> got;
+    ASSERT_EQ(read(*a, bs[i], &got), CUDA_SUCCESS) << i;
+    ASSERT_EQ(got, expected(n, 1000 + i)) << i;
+  }
+  for (Block* b : bs) CU_OK(a->free(b->va, nullptr));
+  CU_OK(cuCtxSynchronize());
+}
+
+// A step that allocates and frees the same sizes reaches the driver only in
+// its first iteration.
+TEST_P(Modes, CacheSteadyStateCallsNoDriverFunction) {
+  auto a = make(GetParam());
+  CUstream s;
+  CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  const std::size_t sizes[] = {MiB, 5 * MiB, 64 * MiB, 3 * MiB + 5, 700, 4096, 200000};
+  std::uint64_t first = 0;
+  for (int step = 0; step < 20; ++step) {
+    drv::reset_counts();
+    drv::set_counting(true);
+    std::vector<CUdeviceptr> ps;
+    for (std::size_t n : sizes) {
+      CUdeviceptr p = 0;
+      ASSERT_EQ(a->allocate(&p, n, s), CUDA_SUCCESS);
+      ps.push_back(p);
+    }
+    for (auto it = ps.rbegin(); it != ps.rend(); ++it) ASSERT_EQ(a->free(*it, s), CUDA_SUCCESS);
+    drv::set_counting(false);
+    if (step == 0) {
+      first = drv::total_calls();
+      EXPECT_GT(first, 0u);
+    } else {
+      EXPECT_EQ(drv::total_calls(), 0u) << "step " << step;
+    }
+  }
+  const Stats st = a->stats();
+  EXPECT_EQ(st.allocs, 20u * std::size(sizes));
+  EXPECT_LE(st.driver_allocs, std::size(sizes));
+  CU_OK(cuStreamDestroy(s));
+}
+
+TEST_P(Modes, CacheReuseOnAnotherStreamWaitsForTheFreeingStream) {
+  auto a = make(GetParam());
+  CUstream s1, s2;
+  CU_OK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  CU_OK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  Block* b = alloc(*a, 8 * MiB, s1);
+  const CUdeviceptr va = b->va;
+  CU_OK(fill(*a, b, s1, 5, /*slow=*/true));  // still running when freed
+  CU_OK(a->free(va, s1));
+  CUdeviceptr p = 0;
+  CU_OK(a->allocate(&p, 8 * MiB, s2));
+  EXPECT_EQ(p, va);  // the cached block
+  // Work on s2 runs after the slow fill: it overwrites, not the other way round.
+  Block* c = a->lookup(p);
+  CU_OK(fill(*a, c, s2, 6));
+  std::vector<std::uint8_t> got;
+  CU_OK(read(*a, c, &got, s2));
+  EXPECT_EQ(got, expected(8 * MiB, 6));
+  CU_OK(a->free(p, s2));
+  CU_OK(cuCtxSynchronize());
+  CU_OK(cuStreamDestroy(s1));
+  CU_OK(cuStreamDestroy(s2));
+}
+
+TEST_P(Modes, TrimReturnsCachedMemory) {
+  auto a = make(GetParam());
+  const auto base = simdev_device_bytes_in_use();
+  Block* b = alloc(*a, 32 * MiB);
+  CU_OK(a->free(b->va, nullptr));
+  EXPECT_EQ(a->stats().cached_bytes, 32 * MiB);
+  EXPECT_EQ(a->trim(), 32 * MiB);
+  EXPECT_EQ(a->stats().cached_bytes, 0u);
+  EXPECT_EQ(simdev_device_bytes_in_use(), base);
+}
+
+TEST_P(Modes, LookupResolvesInteriorPointersAndSlabsAreNotBlocks) {
+  auto a = make(GetParam());
+  Block* b = alloc(*a, 5 * MiB);
+  EXPECT_EQ(a->lookup(b->va + 5 * MiB - 1), b);
+  EXPECT_EQ(a->lookup(b->va + 12345), b);
+  EXPECT_EQ(a->lookup(b->va - 1), nullptr);
+  std::vector<CUdeviceptr> small;
+  for (int i = 0; i < 300; ++i) {
+    CUdeviceptr p = 0;
+    CU_OK(a->allocate(&p, 100 + i * 37, nullptr));
+    EXPECT_TRUE(a->owns(p));
+    EXPECT_EQ(a->lookup(p), nullptr);
+    small.push_back(p);
+  }
+  std::sort(small.begin(), small.end());
+  EXPECT_EQ(std::adjacent_find(small.begin(), small.end()), small.end());
+  // Small allocations hold data like any other.
+  std::vector<std::uint8_t> in(1000, 0xab), out(1000);
+  CU_OK(cuMemcpyHtoD(small[10], in.data(), 500));
+  CU_OK(cuMemcpyDtoH(out.data(), small[10], 500));
+  EXPECT_EQ(std::memcmp(in.data(), out.data(), 500), 0);
+  for (CUdeviceptr p : small) CU_OK(a->free(p, nullptr));
+  EXPECT_GT(a->stats().slab_bytes, 0u);
+  Block* bs[1] = {b};
+  EXPECT_EQ(a->spill(b), SpillResult::Started);
+  (void)bs;
+  CU_OK(a->free(b->va, nullptr));  // freeing a spilling block is fine
+  EXPECT_EQ(a->free(b->va, nullptr), CUDA_ERROR_INVALID_VALUE);  // double free
+  a->drain();
+}
+
+TEST_P(Modes, StatsCountBytesPerState) {
+  auto a = make(GetParam());
+  Block* b = alloc(*a, 2 * MiB);
+  Block* c = alloc(*a, 4 * MiB);
+  a->set_class(c, 3);
+  ASSERT_EQ(a->spill(b), SpillResult::Started);
+  a->drain();
+  Stats s = a->stats();
+  EXPECT_EQ(s.bytes[static_cast<int>(State::Spilled)], 2 * MiB);
+  EXPECT_EQ(s.bytes[static_cast<int>(State::Resident)], 4 * MiB);
+  EXPECT_EQ(s.class_bytes[3], 4 * MiB);
+  EXPECT_EQ(s.class_bytes[0], 2 * MiB);
+  EXPECT_EQ(s.spills, 1u);
+  CU_OK(a->free(c->va, nullptr));
+  s = a->stats();
+  EXPECT_EQ(s.bytes[static_cast<int>(State::Freed)], 4 * MiB);
+  EXPECT_EQ(s.class_bytes[3], 0u);
+  CU_OK(a->free(b->va, nullptr));
+}
+
+INSTANTIATE_TEST_SUITE_P(Allocator, Modes, ::testing::Values(SpillMode::Remap, SpillMode::Copy),
+                         mode_name);
+
+TEST(AllocatorAuto, PicksRemapWhereHostVmmWorks) {
+  Env::get().bind();
+  auto a = Allocator::create(Options{});
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(a->mode(), SpillMode::Remap);
+  EXPECT_EQ(a->granularity(), 2 * MiB);
+}
+
+}  // namespace
+}  // namespace tierrt::alloc::testing

@@ -1,0 +1,211 @@
+// Randomized stress in both spill modes (at least 1e5 spill / fetch cycles in
+// total, every block's checksum verified after every cycle) and many threads
+// allocating, freeing, spilling and fetching at once.
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "driver/driver.h"
+#include "tests/allocator/sim_support.h"
+
+namespace tierrt::alloc::testing {
+namespace {
+
+constexpr std::size_t KiB = 1024, MiB = 1024 * 1024;
+
+std::size_t random_size(std::mt19937_64& rng) {
+  const unsigned r = rng() % 100;
+  if (r < 90) return 1 + rng() % (64 * KiB);  // most small
+  if (r < 99) return 64 * KiB + rng() % (448 * KiB);
+  return 1 * MiB + rng() % (3 * MiB);
+}
+
+struct Tracked {
+  Block* b = nullptr;
+  std::uint64_t sum = 0;  // checksum of what the block must hold
+};
+
+std::uint64_t pattern_sum(std::size_t n, std::uint64_t seed) {
+  const auto v = expected(n, seed);
+  return checksum(v.data(), n);
+}
+
+class Stress : public ::testing::TestWithParam<SpillMode> {};
+
+TEST_P(Stress, RandomSpillFetchCyclesKeepEveryByte) {
+  Env::get().bind();
+  Options o;
+  o.auto_mode = false;
+  o.mode = GetParam();
+  o.min_bytes = 1;  // small sizes become blocks too
+  auto a = Allocator::create(o);
+  ASSERT_NE(a, nullptr);
+  ASSERT_EQ(a->mode(), GetParam());
+  std::mt19937_64 rng(GetParam() == SpillMode::Remap ? 1 : 2);
+  CUstream streams[4];
+  for (auto& s : streams) CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  auto stream = [&] { return streams[rng() % 4]; };
+
+  std::vector<Tracked> blocks(160);
+  std::uint64_t seed = 1;
+  auto refill = [&](Tracked& t, CUstream s) {
+    ++seed;
+    ASSERT_EQ(fill(*a, t.b, s, seed), CUDA_SUCCESS);
+    t.sum = pattern_sum(t.b->size, seed);
+  };
+  for (auto& t : blocks) {
+    CUdeviceptr p = 0;
+    CUstream s = stream();
+    CU_OK(a->allocate(&p, random_size(rng), s));
+    t.b = a->lookup(p);
+    refill(t, s);
+  }
+  const long target = std::getenv("STRESS_CYCLES") ? std::atol(std::getenv("STRESS_CYCLES")) : 50000;
+  long cycles = 0;
+  std::vector<std::uint8_t> buf;
+  std::vector<std::size_t> batch;
+  while (cycles < target) {
+    batch.clear();
+    for (int i = 0; i < 32; ++i) batch.push_back(rng() % blocks.size());
+    std::sort(batch.begin(), batch.end());
+    batch.erase(std::unique(batch.begin(), batch.end()), batch.end());
+    for (std::size_t k : batch) {
+      Tracked& t = blocks[k];
+      if (rng() % 8 == 0) {  // sometimes a new block (size, stream) from the cache
+        CUstream s = stream();
+        CU_OK(a->free(t.b->va, s));
+        CUdeviceptr p = 0;
+        CU_OK(a->allocate(&p, random_size(rng), s));
+        t.b = a->lookup(p);
+        refill(t, s);
+      } else if (rng() % 3 == 0) {
+        refill(t, stream());  // the spill must wait for this write
+      }
+      SpillResult r = a->spill(t.b);
+      if (r == SpillResult::Busy) {
+        a->drain();
+        r = a->spill(t.b);
+      }
+      ASSERT_EQ(r, SpillResult::Started);
+    }
+    if (rng() % 16 == 0) {
+      // Use some right away: the spill is aborted or demand-fetched.
+      Tracked& t = blocks[batch[0]];
+      CU_OK(read(*a, t.b, &buf, stream()));
+      ASSERT_EQ(checksum(buf.data(), buf.size()), t.sum);
+    }
+    a->drain();
+    for (std::size_t k : batch) {
+      Tracked& t = blocks[k];
+      const State st = t.b->st();
+      ASSERT_TRUE(st == State::Spilled || st == State::Resident) << state_name(st);
+      CUstream s = stream();
+      if (rng() % 2) CU_OK(a->prefetch(t.b, s));
+      CU_OK(read(*a, t.b, &buf, s));
+      ASSERT_EQ(checksum(buf.data(), buf.size()), t.sum) << "block " << k << " cycle " << cycles;
+      ++cycles;
+    }
+  }
+  const Stats st = a->stats();
+  EXPECT_GE(st.spills, static_cast<std::uint64_t>(target));
+  EXPECT_GE(st.fetches, static_cast<std::uint64_t>(target) * 9 / 10);
+  for (auto& t : blocks) CU_OK(a->free(t.b->va, nullptr));
+  CU_OK(cuCtxSynchronize());
+  for (auto& s : streams) CU_OK(cuStreamDestroy(s));
+  RecordProperty("cycles", static_cast<int>(cycles));
+}
+
+INSTANTIATE_TEST_SUITE_P(Allocator, Stress, ::testing::Values(SpillMode::Remap, SpillMode::Copy),
+                         [](const auto& i) { return i.param == SpillMode::Remap ? "remap" : "copy"; });
+
+class Threads : public ::testing::TestWithParam<SpillMode> {};
+
+TEST_P(Threads, ManyThreadsAllocateFreeSpillAndFetch) {
+  Env::get().bind();
+  Options o;
+  o.auto_mode = false;
+  o.mode = GetParam();
+  o.min_bytes = 64 * KiB;
+  o.device_budget = 192 * MiB;  // tight: rescues spill other threads' blocks
+  auto a = Allocator::create(o);
+  ASSERT_NE(a, nullptr);
+  constexpr int kThreads = 8, kSlots = 12;
+  std::atomic<Block*> shared[kThreads * kSlots] = {};
+  std::atomic<long> failures{0}, ops{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < kThreads; ++t)
+    ts.emplace_back([&, t] {
+      Env::get().bind();
+      std::mt19937_64 rng(100 + t);
+      CUstream s;
+      if (cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+        failures++;
+        return;
+      }
+      Tracked mine[kSlots];
+      std::uint64_t seed = static_cast<std::uint64_t>(t) << 40;
+      std::vector<std::uint8_t> buf;
+      for (int it = 0; it < 600; ++it) {
+        const int k = static_cast<int>(rng() % kSlots);
+        Tracked& m = mine[k];
+        const unsigned op = rng() % 10;
+        if (m.b == nullptr) {
+          CUdeviceptr p = 0;
+          const std::size_t n = rng() % 4 == 0 ? 100 + rng() % 4000 : 64 * KiB + rng() % (6 * MiB);
+          if (a->allocate(&p, n, s) != CUDA_SUCCESS) { failures++; continue; }
+          m.b = a->lookup(p);
+          if (m.b == nullptr) {  // a small slab allocation: just free it later
+            if (a->free(p, s) != CUDA_SUCCESS) failures++;
+            continue;
+          }
+          ++seed;
+          if (fill(*a, m.b, s, seed) != CUDA_SUCCESS) failures++;
+          m.sum = pattern_sum(n, seed);
+          shared[t * kSlots + k].store(m.b);
+        } else if (op < 3) {
+          if (read(*a, m.b, &buf, s) != CUDA_SUCCESS) failures++;
+          else if (checksum(buf.data(), buf.size()) != m.sum) failures++;
+        } else if (op < 4) {
+          shared[t * kSlots + k].store(nullptr);
+          if (read(*a, m.b, &buf, s) != CUDA_SUCCESS || checksum(buf.data(), buf.size()) != m.sum)
+            failures++;
+          if (a->free(m.b->va, s) != CUDA_SUCCESS) failures++;
+          m.b = nullptr;
+        } else if (op < 7) {
+          // Spill anybody's block (it may be in use, moving or even freed).
+          if (Block* v = shared[rng() % (kThreads * kSlots)].load()) (void)a->spill(v);
+        } else if (op < 8) {
+          if (Block* v = shared[rng() % (kThreads * kSlots)].load()) (void)a->prefetch(v, s);
+        } else {
+          ++seed;
+          if (fill(*a, m.b, s, seed) != CUDA_SUCCESS) failures++;
+          m.sum = pattern_sum(m.b->size, seed);
+        }
+        ops++;
+      }
+      for (int k = 0; k < kSlots; ++k) {
+        Tracked& m = mine[k];
+        if (m.b == nullptr) continue;
+        shared[t * kSlots + k].store(nullptr);
+        if (read(*a, m.b, &buf, s) != CUDA_SUCCESS || checksum(buf.data(), buf.size()) != m.sum)
+          failures++;
+        if (a->free(m.b->va, s) != CUDA_SUCCESS) failures++;
+      }
+      if (cuStreamSynchronize(s) != CUDA_SUCCESS) failures++;
+      cuStreamDestroy(s);
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_GT(ops.load(), 0);
+  a->drain();
+  const Stats st = a->stats();
+  EXPECT_GT(st.spills, 0u);
+  EXPECT_LE(st.device_peak, 192 * MiB);
+  CU_OK(cuCtxSynchronize());
+}
+
+INSTANTIATE_TEST_SUITE_P(Allocator, Threads, ::testing::Values(SpillMode::Remap, SpillMode::Copy),
+                         [](const auto& i) { return i.param == SpillMode::Remap ? "remap" : "copy"; });
+
+}  // namespace
+}  // namespace tierrt::alloc::testing

@@ -1,0 +1,248 @@
+// Allocator parts that need no driver: granule table, size-ordered cache,
+// state machine transitions, budgets, and the byte-size configuration parser.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <deque>
+#include <thread>
+#include <vector>
+
+#include "allocator/block.h"
+#include "allocator/block_cache.h"
+#include "allocator/budget.h"
+#include "allocator/granule_table.h"
+#include "runtime/config.h"
+
+namespace tierrt::alloc {
+namespace {
+
+constexpr std::uintptr_t kG = 2u << 20;
+
+TEST(GranuleTable, FindsBlocksAndInteriorPointers) {
+  GranuleTable t(21);
+  const std::uintptr_t a = 0x7f0000000000, b = a + 8 * kG;
+  ASSERT_TRUE(t.insert(a, 3 * kG, 0x1000));
+  ASSERT_TRUE(t.insert(b, kG, 0x2000));
+  EXPECT_EQ(t.find(a), 0x1000u);
+  EXPECT_EQ(t.find(a + 1), 0x1000u);
+  EXPECT_EQ(t.find(a + 3 * kG - 1), 0x1000u);
+  EXPECT_EQ(t.find(a + 3 * kG), 0u);
+  EXPECT_EQ(t.find(b + kG / 2), 0x2000u);
+  EXPECT_EQ(t.find(a - 1), 0u);
+  t.erase(a, 3 * kG);
+  EXPECT_EQ(t.find(a + kG), 0u);
+  EXPECT_EQ(t.find(b), 0x2000u);
+}
+
+TEST(GranuleTable, SpansLeafBoundaries) {
+  GranuleTable t(21);
+  const std::uintptr_t a = (std::uintptr_t{5} << 30) - 2 * kG;  // crosses a 1 GiB leaf
+  ASSERT_TRUE(t.insert(a, 4 * kG, 7));
+  for (std::uintptr_t p = a; p < a + 4 * kG; p += kG / 4) EXPECT_EQ(t.find(p), 7u);
+  EXPECT_EQ(t.find(a + 4 * kG), 0u);
+}
+
+TEST(GranuleTable, RejectsUnalignedAndOutOfRange) {
+  GranuleTable t(21);
+  EXPECT_FALSE(t.insert(kG + 4096, kG, 1));
+  EXPECT_FALSE(t.insert(kG, kG + 1, 1));
+  EXPECT_FALSE(t.insert(std::uintptr_t{1} << 48, kG, 1));
+  EXPECT_EQ(t.find(std::uintptr_t{1} << 50), 0u);
+  EXPECT_EQ(t.find(0), 0u);
+}
+
+TEST(GranuleTable, ConcurrentReadersSeeWholeEntries) {
+  GranuleTable t(21);
+  const std::uintptr_t base = std::uintptr_t{3} << 40;
+  std::atomic<bool> stop{false};
+  std::atomic<long> bad{0};
+  std::thread reader([&] {
+    while (!stop.load()) {
+      for (int i = 0; i < 64; ++i) {
+        const std::uintptr_t v = t.find(base + i * kG + 12345);
+        if (v != 0 && v != static_cast<std::uintptr_t>(1000 + i)) bad++;
+      }
+    }
+  });
+  for (int round = 0; round < 2000; ++round)
+    for (int i = 0; i < 64; ++i) {
+      t.insert(base + i * kG, kG, 1000 + i);
+      if (round & 1) t.erase(base + i * kG, kG);
+    }
+  stop = true;
+  reader.join();
+  EXPECT_EQ(bad.load(), 0);
+}
+
+Block* make(std::deque<Block>& store, std::size_t mapped, CUstream s = nullptr) {
+  store.emplace_back();
+  Block* b = &store.back();
+  b->mapped = mapped;
+  b->free_stream = s;
+  return b;
+}
+
+TEST(BlockCache, BestFitWithinAnEighth) {
+  std::deque<Block> store;
+  BlockCache c;
+  c.insert(make(store, 4 * kG));
+  c.insert(make(store, 8 * kG));
+  c.insert(make(store, 16 * kG));
+  EXPECT_EQ(c.bytes(), 28 * kG);
+  EXPECT_EQ(c.take(2 * kG, nullptr), nullptr);     // 4 > 2 + 2/8
+  Block* b = c.take(8 * kG, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_EQ(b->mapped, 8 * kG);
+  EXPECT_EQ(c.take(15 * kG, nullptr)->mapped, 16 * kG);  // 16 <= 15 + 15/8
+  EXPECT_EQ(c.count(), 1u);
+  EXPECT_EQ(c.bytes(), 4 * kG);
+  EXPECT_EQ(c.largest()->mapped, 4 * kG);
+  c.erase(c.largest());
+  EXPECT_TRUE(c.empty());
+}
+
+TEST(BlockCache, PrefersTheSameStreamAmongEqualSizes) {
+  std::deque<Block> store;
+  BlockCache c;
+  auto s1 = reinterpret_cast<CUstream>(0x10), s2 = reinterpret_cast<CUstream>(0x20);
+  c.insert(make(store, kG, s1));
+  c.insert(make(store, kG, s2));
+  c.insert(make(store, kG, s1));
+  EXPECT_EQ(c.take(kG, s2)->free_stream, s2);
+  EXPECT_EQ(c.take(kG, s2)->free_stream, s1);  // none left on s2: any
+  EXPECT_EQ(c.count(), 1u);
+  while (!c.empty()) c.erase(c.largest());
+}
+
+TEST(StateMachine, TransitionsAreExactlyTheDesignedOnes) {
+  const State all[] = {State::Resident, State::Spilling, State::Spilled, State::Fetching,
+                       State::Freed};
+  auto ok = [](State a, State b) {
+    using S = State;
+    return (a == S::Resident && (b == S::Spilling || b == S::Freed)) ||
+           (a == S::Spilling && (b == S::Spilled || b == S::Resident)) ||
+           (a == S::Spilled && (b == S::Fetching || b == S::Freed)) ||
+           (a == S::Fetching && (b == S::Resident || b == S::Spilled)) ||
+           (a == S::Freed && b == S::Resident);
+  };
+  for (State a : all)
+    for (State b : all)
+      EXPECT_EQ(transition_allowed(a, b), ok(a, b)) << state_name(a) << " -> " << state_name(b);
+  // Device memory is never dropped without a copy: RESIDENT cannot become
+  // SPILLED directly, nor SPILLED become RESIDENT without a fetch.
+  EXPECT_FALSE(transition_allowed(State::Resident, State::Spilled));
+  EXPECT_FALSE(transition_allowed(State::Spilled, State::Resident));
+  EXPECT_FALSE(transition_allowed(State::Freed, State::Spilled));
+}
+
+TEST(Budget, ReservesWithinTheLimitAndTracksThePeak) {
+  Budget b(100);
+  EXPECT_TRUE(b.try_reserve(60));
+  EXPECT_FALSE(b.try_reserve(41));
+  EXPECT_TRUE(b.try_reserve(40));
+  EXPECT_EQ(b.available(), 0u);
+  b.release(70);
+  EXPECT_EQ(b.used(), 30u);
+  EXPECT_EQ(b.peak(), 100u);
+  b.force_reserve(90);
+  EXPECT_EQ(b.used(), 120u);
+  EXPECT_EQ(b.available(), 0u);
+  EXPECT_FALSE(b.try_reserve(1));
+  EXPECT_FALSE(Budget(10).try_reserve(UINT64_MAX));
+}
+
+TEST(Budget, ConcurrentReservationsNeverExceedTheLimit) {
+  Budget b(1000);
+  std::atomic<long> granted{0};
+  std::vector<std::thread> ts;
+  for (int t = 0; t < 8; ++t)
+    ts.emplace_back([&] {
+      for (int i = 0; i < 10000; ++i)
+        if (b.try_reserve(7)) {
+          granted++;
+          if (i % 3 == 0) {
+            b.release(7);
+            granted--;
+          }
+        }
+    });
+  for (auto& t : ts) t.join();
+  EXPECT_LE(b.used(), 1000u);
+  EXPECT_EQ(b.used(), static_cast<std::uint64_t>(granted.load()) * 7);
+  EXPECT_LE(b.peak(), 1000u);
+}
+
+}  // namespace
+}  // namespace tierrt::alloc
+
+namespace tierrt::config {
+namespace {
+
+std::uint64_t bytes(std::string_view v) {
+  std::string err;
+  auto b = parse_byte_size("X", v, true, &err);
+  EXPECT_TRUE(b.has_value()) << err;
+  return b ? b->resolve(1000) : 0;
+}
+
+TEST(ConfigBytes, UnitsAndPercent) {
+  EXPECT_EQ(bytes("1073741824"), 1073741824u);
+  EXPECT_EQ(bytes("512MiB"), 512ull << 20);
+  EXPECT_EQ(bytes(" 1.5 GiB "), 3ull << 29);
+  EXPECT_EQ(bytes("64k"), 64ull << 10);
+  EXPECT_EQ(bytes("2GB"), 2000000000u);
+  EXPECT_EQ(bytes("3 b"), 3u);
+  EXPECT_EQ(bytes("1TiB"), 1ull << 40);
+  EXPECT_EQ(bytes("90%"), 900u);
+  EXPECT_EQ(bytes("100%"), 1000u);
+}
+
+TEST(ConfigBytes, ErrorsNameTheVariableTheValueAndTheForms) {
+  std::string err;
+  EXPECT_FALSE(parse_byte_size("TIERRT_DEVICE_BUDGET", "12 parsecs", true, &err));
+  EXPECT_NE(err.find("TIERRT_DEVICE_BUDGET"), std::string::npos);
+  EXPECT_NE(err.find("12 parsecs"), std::string::npos);
+  EXPECT_NE(err.find("GiB"), std::string::npos);
+  EXPECT_NE(err.find('%'), std::string::npos);
+  EXPECT_EQ(err.find('\n'), std::string::npos);
+  for (const char* bad : {"", "-1", "1e9", "0%", "101%", "1.5", "0.5B", "GiB", "1..2M"})
+    EXPECT_FALSE(parse_byte_size("V", bad, true, &err)) << bad;
+  EXPECT_FALSE(parse_byte_size("TIERRT_MIN_BYTES", "50%", false, &err));
+  EXPECT_EQ(err.find("percentage"), std::string::npos);
+  EXPECT_FALSE(parse_byte_size("V", "99999999999TiB", false, &err));
+}
+
+TEST(ConfigAllocator, ReadsTheFourVariables) {
+  static const char* vals[4];
+  vals[0] = "80%";
+  vals[1] = "16GiB";
+  vals[2] = "4MiB";
+  vals[3] = "COPY";
+  auto env = [](const char* n) -> const char* {
+    std::string_view s(n);
+    if (s == "TIERRT_DEVICE_BUDGET") return vals[0];
+    if (s == "TIERRT_HOST_BUDGET") return vals[1];
+    if (s == "TIERRT_MIN_BYTES") return vals[2];
+    if (s == "TIERRT_SPILL_MODE") return vals[3];
+    return nullptr;
+  };
+  AllocatorConfig c;
+  std::string err;
+  ASSERT_TRUE(read_allocator_config(&c, &err, env)) << err;
+  EXPECT_EQ(c.device_budget->resolve(1000), 800u);
+  EXPECT_EQ(c.host_budget->resolve(1), 16ull << 30);
+  EXPECT_EQ(c.min_bytes, 4ull << 20);
+  EXPECT_EQ(c.spill_mode, SpillMode::Copy);
+  vals[3] = "managed";
+  EXPECT_FALSE(read_allocator_config(&c, &err, env));
+  EXPECT_NE(err.find("TIERRT_SPILL_MODE=\"managed\""), std::string::npos);
+  EXPECT_NE(err.find("auto, remap, copy"), std::string::npos);
+  AllocatorConfig d;
+  ASSERT_TRUE(read_allocator_config(&d, &err, [](const char*) -> const char* { return nullptr; }));
+  EXPECT_EQ(d.min_bytes, 1ull << 20);
+  EXPECT_FALSE(d.device_budget.has_value());
+  EXPECT_EQ(d.spill_mode, SpillMode::Auto);
+}
+
+}  // namespace
+}  // namespace tierrt::config

@@ -1,0 +1,70 @@
+// Host implementations of kernels.cu for simdev: same names, same parameter
+// sizes. Each call does the whole grid's work.
+#include <simdev/simdev.h>
+
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+
+#include "contract.h"
+
+namespace contract {
+namespace {
+
+template <class T>
+T param(const simdev_launch* l, unsigned int i) {
+  T v;
+  std::memcpy(&v, l->params[i], sizeof(T));
+  return v;
+}
+
+void fill_u32_host(const simdev_launch* l) {
+  auto* p = param<uint32_t*>(l, 0);
+  const auto value = param<uint32_t>(l, 1);
+  const auto n = param<uint64_t>(l, 2);
+  for (uint64_t i = 0; i < n; ++i) p[i] = value;
+}
+
+void add_one_u32_host(const simdev_launch* l) {
+  auto* p = param<uint32_t*>(l, 0);
+  const auto n = param<uint64_t>(l, 1);
+  for (uint64_t i = 0; i < n; ++i) p[i] += 1u;
+}
+
+void copy_bytes_host(const simdev_launch* l) {
+  auto* dst = param<unsigned char*>(l, 0);
+  const auto* src = param<const unsigned char*>(l, 1);
+  const auto n = param<uint64_t>(l, 2);
+  std::memmove(dst, src, n);
+}
+
+void sum_u32_host(const simdev_launch* l) {
+  const auto* p = param<const uint32_t*>(l, 0);
+  const auto n = param<uint64_t>(l, 1);
+  auto* acc = param<unsigned long long*>(l, 2);
+  unsigned long long s = 0;
+  for (uint64_t i = 0; i < n; ++i) s += p[i];
+  __atomic_fetch_add(acc, s, __ATOMIC_RELAXED);
+}
+
+constexpr size_t kPtrU32U64[] = {8, 4, 8};
+constexpr size_t kPtrU64[] = {8, 8};
+constexpr size_t kPtrPtrU64[] = {8, 8, 8};
+constexpr size_t kPtrU64Ptr[] = {8, 8, 8};
+
+}  // namespace
+
+void register_contract_host_kernels() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const simdev_kernel_desc descs[] = {
+        {kFillU32, fill_u32_host, 3, kPtrU32U64, nullptr, 0},
+        {kAddOneU32, add_one_u32_host, 2, kPtrU64, nullptr, 0},
+        {kCopyBytes, copy_bytes_host, 3, kPtrPtrU64, nullptr, 0},
+        {kSumU32, sum_u32_host, 3, kPtrU64Ptr, nullptr, 0},
+    };
+    for (const auto& d : descs) simdev_try_register_kernel(&d);
+  });
+}
+
+}  // namespace contract

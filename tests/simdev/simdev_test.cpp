@@ -1,0 +1,33 @@
+#include "simdev_test.h"
+
+const SimdevApi* simdev_api() {
+  static const SimdevApi api = [] {
+    SimdevApi a;
+    a.inject_fault = reinterpret_cast<int (*)(const char*, unsigned long long, int)>(
+        simdev_lookup_("simdev_inject_fault"));
+    a.clear_faults = reinterpret_cast<void (*)()>(simdev_lookup_("simdev_clear_faults"));
+    a.device_bytes_in_use =
+        reinterpret_cast<unsigned long long (*)()>(simdev_lookup_("simdev_device_bytes_in_use"));
+    a.host_bytes_in_use =
+        reinterpret_cast<unsigned long long (*)()>(simdev_lookup_("simdev_host_bytes_in_use"));
+    return a;
+  }();
+  if (!simdev_present() || !api.inject_fault || !api.clear_faults || !api.device_bytes_in_use ||
+      !api.host_bytes_in_use)
+    return nullptr;
+  return &api;
+}
+
+void SimdevTest::SetUp() {
+  if (!simdev_present()) GTEST_SKIP() << "libcuda.so.1 is not simdev";
+  api_ = simdev_api();
+  ASSERT_NE(nullptr, api_) << "simdev lacks one of the functions simdev.h declares";
+  DriverTest::SetUp();
+}
+
+void SimdevTest::TearDown() {
+  if (api_) api_->clear_faults();
+  if (api_) DriverTest::TearDown();
+}
+
+CUresult load_any_module(CUmodule* m) { return cuModuleLoadData(m, contract::kernels_image()); }

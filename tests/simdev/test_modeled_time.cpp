@@ -1,0 +1,219 @@
+// Modeled time: copy bandwidth per direction (SIMDEV_H2D_GBPS /
+// SIMDEV_D2H_GBPS), one copy engine per direction shared by all streams, and
+// kernels' modeled duration. Every timing check is a lower bound on modeled
+// time (or, for overlap, a bound well above the overlapped and well below the
+// serialised model), never a claim about how fast the host is.
+#include <chrono>
+#include <initializer_list>
+#include <string>
+
+#include "simdev_test.h"
+
+using contract::DeviceBuffer;
+using contract::Event;
+using contract::PinnedBuffer;
+using contract::Stream;
+
+namespace {
+
+constexpr size_t kMiB = size_t{1} << 20;
+
+double gbps_from_env(const char* name) {
+  const std::string v = env_or_empty(name);
+  return v.empty() ? 0.0 : std::stod(v);
+}
+
+double modeled_ms(size_t bytes, double gbps) { return bytes / (gbps * 1e9) * 1e3; }
+
+// Runs the copies once untimed, so that the timed run measures the copy
+// engines, not the host faulting in fresh pages on first use.
+template <class Copies>
+void warm_up(Copies copies, std::initializer_list<CUstream> streams) {
+  ASSERT_CU(copies());
+  for (CUstream s : streams) ASSERT_CU(cuStreamSynchronize(s));
+}
+
+double wall_ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+class SimdevModeledCopy : public SimdevTest {
+ protected:
+  void SetUp() override {
+    SimdevTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    h2d_ = gbps_from_env("SIMDEV_H2D_GBPS");
+    d2h_ = gbps_from_env("SIMDEV_D2H_GBPS");
+    if (h2d_ <= 0 || d2h_ <= 0) GTEST_SKIP() << "needs SIMDEV_H2D_GBPS and SIMDEV_D2H_GBPS";
+  }
+  double h2d_ = 0, d2h_ = 0;
+};
+
+}  // namespace
+
+TEST_F(SimdevModeledCopy, Env_H2DTakesAtLeastTheModeledTime) {
+  const size_t bytes = 64 * kMiB;
+  PinnedBuffer host(bytes);
+  ASSERT_CU(host.status());
+  DeviceBuffer d(bytes);
+  ASSERT_CU(d.status());
+  Stream s;
+  ASSERT_CU(s.status());
+  Event start, stop;
+  ASSERT_CU(start.status());
+  ASSERT_CU(stop.status());
+  ASSERT_CU(cuEventRecord(start, s));
+  ASSERT_CU(cuMemcpyHtoDAsync(d.ptr(), host.get(), bytes, s));
+  ASSERT_CU(cuEventRecord(stop, s));
+  ASSERT_CU(cuEventSynchronize(stop));
+  float ms = 0;
+  ASSERT_CU(cuEventElapsedTime(&ms, start, stop));
+  // SIMDEV_H2D_GBPS=1: 64 MiB is 67 ms of modeled time.
+  EXPECT_GE(ms, 0.9 * modeled_ms(bytes, h2d_));
+}
+
+TEST_F(SimdevModeledCopy, Env_D2HTakesAtLeastTheModeledTime) {
+  const size_t bytes = 64 * kMiB;
+  PinnedBuffer host(bytes);
+  ASSERT_CU(host.status());
+  DeviceBuffer d(bytes);
+  ASSERT_CU(d.status());
+  Stream s;
+  ASSERT_CU(s.status());
+  Event start, stop;
+  ASSERT_CU(start.status());
+  ASSERT_CU(stop.status());
+  ASSERT_CU(cuEventRecord(start, s));
+  ASSERT_CU(cuMemcpyDtoHAsync(host.get(), d.ptr(), bytes, s));
+  ASSERT_CU(cuEventRecord(stop, s));
+  ASSERT_CU(cuEventSynchronize(stop));
+  float ms = 0;
+  ASSERT_CU(cuEventElapsedTime(&ms, start, stop));
+  EXPECT_GE(ms, 0.9 * modeled_ms(bytes, d2h_));
+}
+
+TEST_F(SimdevModeledCopy, Env_TwoH2DCopiesShareOneEngine) {
+  const size_t bytes = 64 * kMiB;
+  PinnedBuffer h1(bytes), h2(bytes);
+  DeviceBuffer d1(bytes), d2(bytes);
+  Stream s1, s2;
+  for (CUresult r : {h1.status(), h2.status(), d1.status(), d2.status(), s1.status(), s2.status()})
+    ASSERT_CU(r);
+  auto copies = [&] {
+    CUresult r = cuMemcpyHtoDAsync(d1.ptr(), h1.get(), bytes, s1);
+    return r == CUDA_SUCCESS ? cuMemcpyHtoDAsync(d2.ptr(), h2.get(), bytes, s2) : r;
+  };
+  warm_up(copies, {s1, s2});
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_CU(copies());
+  ASSERT_CU(cuStreamSynchronize(s1));
+  ASSERT_CU(cuStreamSynchronize(s2));
+  const double ms = wall_ms_since(t0);
+  // Serialised on one engine: two copies' worth of modeled time.
+  EXPECT_GE(ms, 0.9 * 2 * modeled_ms(bytes, h2d_));
+}
+
+TEST_F(SimdevModeledCopy, Env_H2DAndD2HOverlap) {
+  const size_t bytes = 64 * kMiB;
+  PinnedBuffer h1(bytes), h2(bytes);
+  DeviceBuffer d1(bytes), d2(bytes);
+  Stream s1, s2;
+  for (CUresult r : {h1.status(), h2.status(), d1.status(), d2.status(), s1.status(), s2.status()})
+    ASSERT_CU(r);
+  auto copies = [&] {
+    CUresult r = cuMemcpyHtoDAsync(d1.ptr(), h1.get(), bytes, s1);
+    return r == CUDA_SUCCESS ? cuMemcpyDtoHAsync(h2.get(), d2.ptr(), bytes, s2) : r;
+  };
+  warm_up(copies, {s1, s2});
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_CU(copies());
+  ASSERT_CU(cuStreamSynchronize(s1));
+  ASSERT_CU(cuStreamSynchronize(s2));
+  const double ms = wall_ms_since(t0);
+  const double one = std::max(modeled_ms(bytes, h2d_), modeled_ms(bytes, d2h_));
+  const double both = modeled_ms(bytes, h2d_) + modeled_ms(bytes, d2h_);
+  EXPECT_GE(ms, 0.9 * one);
+  // Two engines: well under the serialised time (margin for a loaded host).
+  EXPECT_LT(ms, 0.85 * both) << "H2D and D2H did not overlap";
+}
+
+TEST_F(SimdevModeledCopy, Env_SameStreamCopiesDoNotOverlap) {
+  const size_t bytes = 32 * kMiB;
+  PinnedBuffer h1(bytes), h2(bytes);
+  DeviceBuffer d1(bytes), d2(bytes);
+  Stream s;
+  for (CUresult r : {h1.status(), h2.status(), d1.status(), d2.status(), s.status()}) ASSERT_CU(r);
+  auto copies = [&] {
+    CUresult r = cuMemcpyHtoDAsync(d1.ptr(), h1.get(), bytes, s);
+    return r == CUDA_SUCCESS ? cuMemcpyDtoHAsync(h2.get(), d2.ptr(), bytes, s) : r;
+  };
+  warm_up(copies, {s.get()});
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_CU(copies());
+  ASSERT_CU(cuStreamSynchronize(s));
+  EXPECT_GE(wall_ms_since(t0), 0.9 * (modeled_ms(bytes, h2d_) + modeled_ms(bytes, d2h_)));
+}
+
+// --- kernels -----------------------------------------------------------------
+
+namespace {
+
+constexpr unsigned long long kModeledNs = 50'000'000;  // 50 ms
+constexpr const char* kModeledKernel = "simdev_test_modeled_50ms";
+
+void modeled_kernel(const simdev_launch*) {}
+
+class SimdevModeledKernel : public SimdevTest {
+ protected:
+  void SetUp() override {
+    SimdevTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
+    static const size_t sizes[] = {8};
+    const simdev_kernel_desc desc = {kModeledKernel, modeled_kernel, 1, sizes, nullptr, kModeledNs};
+    ASSERT_EQ(0, simdev_try_register_kernel(&desc));
+    ASSERT_CU(load_any_module(&module_));
+    ASSERT_CU(cuModuleGetFunction(&fn_, module_, kModeledKernel));
+  }
+  void TearDown() override {
+    if (module_) cuModuleUnload(module_);
+    SimdevTest::TearDown();
+  }
+  CUresult launch(CUstream s) {
+    unsigned long long unused = 0;
+    void* params[] = {&unused};
+    return cuLaunchKernel(fn_, 1, 1, 1, 1, 1, 1, 0, s, params, nullptr);
+  }
+  CUmodule module_ = nullptr;
+  CUfunction fn_ = nullptr;
+};
+
+}  // namespace
+
+TEST_F(SimdevModeledKernel, KernelTakesItsModeledDuration) {
+  Stream s;
+  ASSERT_CU(s.status());
+  Event start, stop;
+  ASSERT_CU(start.status());
+  ASSERT_CU(stop.status());
+  ASSERT_CU(cuEventRecord(start, s));
+  ASSERT_CU(launch(s));
+  ASSERT_CU(launch(s));
+  ASSERT_CU(cuEventRecord(stop, s));
+  EXPECT_EQ(CUDA_ERROR_NOT_READY, cuStreamQuery(s));
+  ASSERT_CU(cuEventSynchronize(stop));
+  float ms = 0;
+  ASSERT_CU(cuEventElapsedTime(&ms, start, stop));
+  EXPECT_GE(ms, 0.95 * 2 * kModeledNs / 1e6);  // two launches in one stream
+}
+
+TEST_F(SimdevModeledKernel, LaunchReturnsBeforeTheModeledDuration) {
+  Stream s;
+  ASSERT_CU(s.status());
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_CU(launch(s));
+  const double enqueue_ms = wall_ms_since(t0);
+  EXPECT_EQ(CUDA_ERROR_NOT_READY, cuStreamQuery(s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  EXPECT_GE(wall_ms_since(t0), 0.95 * kModeledNs / 1e6);
+  EXPECT_LT(enqueue_ms, kModeledNs / 1e6);  // asynchronous
+}

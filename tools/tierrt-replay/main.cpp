@@ -1,0 +1,110 @@
+// tierrt-replay: synthesize transformer training steps, or read a recorded trace,
+// and compare tierrt's planner with its baselines in the discrete-event model.
+#include <fstream>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "policies/policy_comparison.hpp"
+#include "policies/trace_file.hpp"
+#include "policies/trace_steps.hpp"
+#include "policies/transformer_synth.hpp"
+#include "replay_args.hpp"
+#include "replay_report.hpp"
+#include "residency_svg.hpp"
+
+namespace {
+
+using namespace tierrt;
+
+std::string describe(const policy::SynthOptions& s) {
+  std::string d = s.model.name + ", seq " + std::to_string(s.shape.seq) + ", micro-batch " +
+                  std::to_string(s.shape.micro_batch) + ", tp " + std::to_string(s.shape.tp);
+  if (s.shape.grad_accum > 1) d += ", grad-accum " + std::to_string(s.shape.grad_accum);
+  return d + " (synthesized, " + std::to_string(static_cast<int>(s.shape.tflops)) + " TFLOP/s)";
+}
+
+std::string describe_budget(const policy::BudgetChoice& b) {
+  if (b.bytes) return "given";
+  if (b.offload_all) return "the peak tierrt reaches with every activation spilled";
+  return "forces " + std::to_string(static_cast<int>(b.offload_fraction * 100 + 0.5)) +
+         "% of the activation bytes live at the peak off HBM";
+}
+
+template <class Write>
+void write_file(const std::string& path, Write write) {
+  std::ofstream f(path, std::ios::trunc);
+  if (!f) throw replay::ArgError(path + ": cannot open for writing");
+  write(f);
+  if (!f) throw replay::ArgError(path + ": write failed");
+}
+
+int run_replay(const replay::Args& a) {
+  const policy::Trace trace = a.trace_path ? policy::read_trace_file(*a.trace_path) : policy::synthesize(*a.synth);
+  const auto analysed = policy::analyse_trace(trace);
+  std::vector<std::string> skipped;
+  const auto cmp = policy::compare_policies(analysed.steps, a.policies, a.link, a.budget, a.svg_path.has_value(), &skipped);
+  replay::ReportContext ctx{a.trace_path ? *a.trace_path + " (recorded)" : describe(*a.synth),
+                            replay::describe_link(a.link), describe_budget(a.budget), analysed.steps.size()};
+  replay::print_table(std::cout, ctx, cmp);
+  for (const auto& s : skipped) std::cout << "skipped " << s << "\n";
+  if (a.csv_path)
+    write_file(*a.csv_path, [&](std::ostream& o) {
+      replay::write_csv_header(o);
+      replay::write_csv_rows(o, ctx, cmp);
+    });
+  if (a.svg_path) write_file(*a.svg_path, [&](std::ostream& o) { replay::write_residency_svg(o, ctx, cmp); });
+  return 0;
+}
+
+int run_shipped(const replay::Args& a) {
+  std::ofstream csv;
+  if (a.csv_path) {
+    csv.open(*a.csv_path, std::ios::trunc);
+    if (!csv) throw replay::ArgError(*a.csv_path + ": cannot open for writing");
+    replay::write_csv_header(csv);
+  }
+  for (const auto& name : policy::model_names()) {
+    policy::SynthOptions s;
+    s.model = *policy::find_model(name);
+    s.shape = policy::default_shape(s.model);
+    const auto analysed = policy::analyse_trace(policy::synthesize(s));
+    const auto cmp = policy::compare_policies(analysed.steps, a.policies, a.link, a.budget, false);
+    replay::ReportContext ctx{describe(s), replay::describe_link(a.link), describe_budget(a.budget),
+                              analysed.steps.size()};
+    replay::print_table(std::cout, ctx, cmp);
+    std::cout << "\n";
+    if (csv.is_open()) replay::write_csv_rows(csv, ctx, cmp);
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const auto a = replay::parse_args(std::vector<std::string>(argv + 1, argv + argc));
+    switch (a.command) {
+      case replay::Command::Help:
+        std::cout << replay::usage();
+        return 0;
+      case replay::Command::Synth: {
+        const auto trace = policy::synthesize(*a.synth);
+        policy::write_trace_file(a.out_path, trace);
+        std::cout << a.out_path << ": " << trace.size() << " events, " << describe(*a.synth) << "\n";
+        return 0;
+      }
+      case replay::Command::Replay:
+        return run_replay(a);
+      case replay::Command::Shipped:
+        return run_shipped(a);
+    }
+  } catch (const replay::ArgError& e) {
+    std::cerr << "tierrt-replay: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "tierrt-replay: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,37 @@
+// Command line of tierrt-replay. Bad arguments become one-line errors (ArgError).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "policies/link_model.hpp"
+#include "policies/policy_comparison.hpp"
+#include "policies/transformer_synth.hpp"
+
+namespace tierrt::replay {
+
+class ArgError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+enum class Command { Help, Synth, Replay, Shipped };
+
+struct Args {
+  Command command = Command::Help;
+  std::optional<std::string> trace_path;  // replay: a trace file
+  std::optional<policy::SynthOptions> synth;  // synth, or replay of a synthesized step
+  std::string out_path;                   // synth: where the trace goes
+  policy::LinkModel link;
+  policy::BudgetChoice budget;
+  std::vector<std::string> policies;
+  std::optional<std::string> csv_path, svg_path;
+};
+
+Args parse_args(const std::vector<std::string>& argv);
+const char* usage();
+
+}  // namespace tierrt::replay

@@ -1,0 +1,84 @@
+#include "replay_report.hpp"
+
+#include <cstdio>
+#include <string>
+
+namespace tierrt::replay {
+namespace {
+
+constexpr double kGiB = double(1ull << 30);
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string percent_or_dash(double v) { return v < 0 ? "-" : fmt("%.1f%%", 100 * v); }
+
+}  // namespace
+
+std::string describe_link(const policy::LinkModel& link) {
+  return link.name + " (H2D " + fmt("%.0f", link.h2d_bytes_per_s / 1e9) + " GB/s, D2H " +
+         fmt("%.0f", link.d2h_bytes_per_s / 1e9) + " GB/s)";
+}
+
+void print_table(std::ostream& out, const ReportContext& ctx, const policy::Comparison& c) {
+  out << "MODELED figures (discrete-event model, not measured)\n"
+      << "config   " << ctx.config << "\n"
+      << "link     " << ctx.link << "\n"
+      << "steps    " << ctx.steps << " replayed; figures for the last (tierrt learns in the first)\n"
+      << "compute  " << fmt("%.1f", c.compute_ns / 1e6) << " ms per step; peak without offload "
+      << fmt("%.2f", c.peak_without_offload / kGiB) << " GiB; activations " << fmt("%.2f", c.activation_bytes / kGiB)
+      << " GiB (" << fmt("%.2f", c.activation_bytes_at_peak / kGiB) << " GiB live at the peak)\n"
+      << "budget   " << fmt("%.2f", c.budget / kGiB) << " GiB, " << ctx.budget << "\n"
+      << "bound    ";
+  if (c.bound.feasible)
+    out << fmt("%.1f", c.bound.step_ns() / 1e6) << " ms (compute + " << fmt("%.2f", c.bound.stall_ns / 1e6)
+        << " ms of stall no schedule avoids)\n";
+  else
+    out << "none: a single launch needs more than the budget\n";
+  out << "\n";
+  char line[256];
+  std::snprintf(line, sizeof line, "%-8s %9s %10s %8s %9s %9s %8s %9s %7s %s\n", "policy", "peak GiB", "step ms",
+                "vs none", "vs bound", "moved GiB", "act.off", "prefetch", "demand", "budget");
+  out << line;
+  for (const auto& p : c.policies) {
+    const auto& s = p.steady;
+    const bool bounded = p.name != "none";
+    std::snprintf(line, sizeof line, "%-8s %9.2f %10.1f %8s %9s %9.2f %8s %9s %7u %s\n", p.name.c_str(),
+                  s.peak_bytes / kGiB, s.step_ns / 1e6, fmt("%+.2f%%", 100 * p.overhead_vs_none).c_str(),
+                  c.bound.feasible ? fmt("%+.2f%%", 100 * p.overhead_vs_bound).c_str() : "-",
+                  (s.bytes_d2h + s.bytes_h2d) / kGiB, fmt("%.0f%%", 100 * p.activation_off).c_str(),
+                  percent_or_dash(s.prefetch_hit_rate()).c_str(), s.demand_fetches,
+                  !bounded ? "n/a" : s.over_budget_bytes == 0 ? "held" : "EXCEEDED");
+    out << line;
+  }
+  out << "\nmoved: D2H + H2D bytes; act.off: share of activation bytes that reached the host;\n"
+         "prefetch: fetches complete when needed; demand: fetches nobody planned.\n";
+}
+
+void write_csv_header(std::ostream& out) {
+  out << "# modeled figures from tierrt-replay (discrete-event model, not measured)\n"
+      << "config,link,steps,modeled_budget_gib,policy,modeled_peak_hbm_gib,modeled_step_ms,modeled_compute_ms,"
+         "modeled_bound_ms,modeled_overhead_vs_none,modeled_overhead_vs_bound,modeled_bytes_d2h_gib,"
+         "modeled_bytes_h2d_gib,modeled_activation_off,modeled_prefetch_hit_rate,modeled_demand_fetches,"
+         "modeled_within_budget\n";
+}
+
+void write_csv_rows(std::ostream& out, const ReportContext& ctx, const policy::Comparison& c) {
+  auto quoted = [](const std::string& s) { return "\"" + s + "\""; };
+  for (const auto& p : c.policies) {
+    const auto& s = p.steady;
+    out << quoted(ctx.config) << ',' << quoted(ctx.link) << ',' << ctx.steps << ',' << fmt("%.4f", c.budget / kGiB)
+        << ',' << p.name << ',' << fmt("%.4f", s.peak_bytes / kGiB) << ',' << fmt("%.3f", s.step_ns / 1e6) << ','
+        << fmt("%.3f", c.compute_ns / 1e6) << ',' << (c.bound.feasible ? fmt("%.3f", c.bound.step_ns() / 1e6) : "")
+        << ',' << fmt("%.5f", p.overhead_vs_none) << ','
+        << (c.bound.feasible ? fmt("%.5f", p.overhead_vs_bound) : "") << ',' << fmt("%.4f", s.bytes_d2h / kGiB) << ','
+        << fmt("%.4f", s.bytes_h2d / kGiB) << ',' << fmt("%.4f", p.activation_off) << ','
+        << (s.prefetch_hit_rate() < 0 ? "" : fmt("%.4f", s.prefetch_hit_rate())) << ',' << s.demand_fetches << ','
+        << (p.name == "none" ? "" : s.over_budget_bytes == 0 ? "yes" : "no") << '\n';
+  }
+}
+
+}  // namespace tierrt::replay
