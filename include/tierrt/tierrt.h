@@ -1,0 +1,79 @@
+/*
+ * tierrt.h: what a framework or a training script may tell tierrt, and ask
+ * of it. Every function is exported by libtierrt.so and is safe to call at
+ * any time: before CUDA is initialised, with tierrt turned off, or from any
+ * thread. Calls that need a running tierrt return -1 (or do nothing) then.
+ *
+ * From Python, without a hard dependency on tierrt:
+ *   import ctypes
+ *   try:
+ *       tierrt = ctypes.CDLL(None).tierrt_mark_step   # present only when preloaded
+ *   except AttributeError:
+ *       tierrt = lambda: None
+ */
+#ifndef TIERRT_TIERRT_H
+#define TIERRT_TIERRT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum tierrt_phase {
+  TIERRT_PHASE_FORWARD = 0,
+  TIERRT_PHASE_BACKWARD = 1,
+  TIERRT_PHASE_OPTIMIZER = 2,
+} tierrt_phase;
+
+typedef enum tierrt_advice {
+  TIERRT_ADVISE_SPILL = 0,     /* move the block's bytes to host memory now */
+  TIERRT_ADVISE_PREFETCH = 1,  /* start bringing them back now */
+  TIERRT_ADVISE_PIN = 2,       /* keep resident until TIERRT_ADVISE_UNPIN */
+  TIERRT_ADVISE_UNPIN = 3,
+} tierrt_advice;
+
+typedef struct tierrt_stats {
+  /* Set by the caller to sizeof(tierrt_stats): the struct only grows. */
+  uint64_t struct_size;
+  uint64_t device_bytes_in_use;     /* device memory tierrt holds for blocks now */
+  uint64_t device_peak_bytes;       /* ... at its peak */
+  uint64_t peak_bytes_untiered;     /* peak of live tracked bytes: the peak without tiering */
+  uint64_t device_budget;
+  uint64_t host_bytes_in_use;       /* host memory holding spilled blocks now */
+  uint64_t host_peak_bytes;
+  uint64_t host_budget;
+  uint64_t live_blocks;             /* tracked allocations not freed */
+  uint64_t spilled_blocks;          /* ... of them in host memory now */
+  uint64_t allocations;             /* tracked allocations so far */
+  uint64_t driver_allocations;      /* ... that had to ask the driver */
+  uint64_t spills;
+  uint64_t bytes_spilled;
+  uint64_t fetches;                 /* prefetches and demand fetches */
+  uint64_t demand_fetches;          /* fetches a launch or copy had to wait for */
+  uint64_t bytes_fetched;
+  uint64_t launches_seen;
+  uint64_t steps_marked;            /* tierrt_mark_step calls */
+} tierrt_stats;
+
+/* "0.1.0" */
+const char* tierrt_version(void);
+
+/* A training step ends here (optional: tierrt also finds the step itself). */
+void tierrt_mark_step(void);
+void tierrt_mark_phase(tierrt_phase phase);
+
+/* Advice about the allocation containing ptr. 0 when taken, -1 when ptr is
+ * not a tracked block, the advice is unknown, or tierrt is not running. */
+int tierrt_advise(const void* ptr, tierrt_advice advice);
+
+/* Fills *out (up to out->struct_size bytes). 0, or -1 when tierrt is not
+ * running or out is NULL. */
+int tierrt_get_stats(tierrt_stats* out);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TIERRT_TIERRT_H */

@@ -1,0 +1,75 @@
+// The C side of the dlsym / dlvsym interposition (the exported entry points
+// are in dlsym_trampoline_<arch>.S, or below on other architectures).
+//
+// Programs that dlopen libcuda.so.1 and dlsym its functions (XLA's stubs and
+// many loaders) never see LD_PRELOAD definitions, because a lookup on a
+// handle searches that library only. So dlsym itself answers: when the name
+// is a function tierrt wraps and the symbol found lives in the CUDA driver,
+// the caller gets tierrt's function instead.
+#include <dlfcn.h>
+
+#include <cstring>
+
+#include "driver/driver.h"
+#include "preload/hooks.h"
+
+namespace {
+
+using DlvsymFn = void* (*)(void*, const char*, const char*);
+
+DlvsymFn libc_dlvsym() noexcept {
+  static DlvsymFn fn = reinterpret_cast<DlvsymFn>(tierrt::drv::real_dlsym()(RTLD_NEXT, "dlvsym"));
+  return fn;
+}
+
+// True when `addr` is inside the CUDA driver library.
+bool in_driver(void* addr) noexcept {
+  Dl_info info;
+  if (!dladdr(addr, &info) || !info.dli_fname) return false;
+  const char* base = std::strrchr(info.dli_fname, '/');
+  base = base ? base + 1 : info.dli_fname;
+  return std::strncmp(base, "libcuda.so", 10) == 0;
+}
+
+void* answer(const char* name, void* found) noexcept {
+  if (!found || !name) return found;
+  void* ours = tierrt::preload::hook_for_name(name);
+  return ours && ours != found && in_driver(found) ? ours : found;
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("hidden"))) void* tierrt_libc_dlsym() {
+  return reinterpret_cast<void*>(tierrt::drv::real_dlsym());
+}
+
+__attribute__((visibility("hidden"))) void* tierrt_libc_dlvsym() { return reinterpret_cast<void*>(libc_dlvsym()); }
+
+__attribute__((visibility("hidden"))) void* tierrt_dlsym_driver_symbol(void* handle, const char* name) {
+  return answer(name, tierrt::drv::real_dlsym()(handle, name));
+}
+
+__attribute__((visibility("hidden"))) void* tierrt_dlvsym_driver_symbol(void* handle, const char* name,
+                                                                        const char* version) {
+  DlvsymFn fn = libc_dlvsym();
+  return fn ? answer(name, fn(handle, name, version)) : nullptr;
+}
+
+#if !defined(__x86_64__)
+// Without the trampoline, dlsym(RTLD_NEXT, ...) from another library is
+// resolved relative to libtierrt.so rather than to its caller.
+void* dlsym(void* handle, const char* name) {
+  if (name && name[0] == 'c' && name[1] == 'u') return tierrt_dlsym_driver_symbol(handle, name);
+  return tierrt::drv::real_dlsym()(handle, name);
+}
+
+void* dlvsym(void* handle, const char* name, const char* version) {
+  if (name && name[0] == 'c' && name[1] == 'u') return tierrt_dlvsym_driver_symbol(handle, name, version);
+  DlvsymFn fn = libc_dlvsym();
+  return fn ? fn(handle, name, version) : nullptr;
+}
+#endif
+
+}  // extern "C"

@@ -1,0 +1,100 @@
+// The driver entry points libtierrt.so wraps, each exported under the exact
+// name NVIDIA's driver uses, and the real function each one forwards to.
+//
+// X(exported name, cuda.h name whose prototype it has). The real address is
+// resolved once from libcuda.so.1 itself (never through the global scope,
+// where our own definitions would be found first).
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+
+// Everything that spells cuGetProcAddress the cuda.h way (as the _v2 form)
+// is seen first; then the name means the original 4-argument function, which
+// the driver exports too and which we wrap separately.
+#include "driver/driver.h"
+#undef cuGetProcAddress
+extern "C" CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags);
+
+#define TIERRT_HOOKS(X)                                                              \
+  X(cuMemAlloc_v2, cuMemAlloc_v2)                                                    \
+  X(cuMemAllocPitch_v2, cuMemAllocPitch_v2)                                          \
+  X(cuMemFree_v2, cuMemFree_v2)                                                      \
+  X(cuMemAllocAsync, cuMemAllocAsync)                                                \
+  X(cuMemAllocAsync_ptsz, cuMemAllocAsync)                                           \
+  X(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync)                                \
+  X(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync)                           \
+  X(cuMemFreeAsync, cuMemFreeAsync)                                                  \
+  X(cuMemFreeAsync_ptsz, cuMemFreeAsync)                                             \
+  X(cuMemGetInfo_v2, cuMemGetInfo_v2)                                                \
+  X(cuPointerGetAttribute, cuPointerGetAttribute)                                    \
+  X(cuPointerGetAttributes, cuPointerGetAttributes)                                  \
+  X(cuLaunchKernel, cuLaunchKernel)                                                  \
+  X(cuLaunchKernel_ptsz, cuLaunchKernel)                                             \
+  X(cuLaunchKernelEx, cuLaunchKernelEx)                                              \
+  X(cuLaunchKernelEx_ptsz, cuLaunchKernelEx)                                         \
+  X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel)                            \
+  X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel)                       \
+  X(cuMemcpy, cuMemcpy)                                                              \
+  X(cuMemcpy_ptds, cuMemcpy)                                                         \
+  X(cuMemcpyAsync, cuMemcpyAsync)                                                    \
+  X(cuMemcpyAsync_ptsz, cuMemcpyAsync)                                               \
+  X(cuMemcpyHtoD_v2, cuMemcpyHtoD_v2)                                                \
+  X(cuMemcpyHtoD_v2_ptds, cuMemcpyHtoD_v2)                                           \
+  X(cuMemcpyDtoH_v2, cuMemcpyDtoH_v2)                                                \
+  X(cuMemcpyDtoH_v2_ptds, cuMemcpyDtoH_v2)                                           \
+  X(cuMemcpyDtoD_v2, cuMemcpyDtoD_v2)                                                \
+  X(cuMemcpyDtoD_v2_ptds, cuMemcpyDtoD_v2)                                           \
+  X(cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2)                                      \
+  X(cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyHtoDAsync_v2)                                 \
+  X(cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2)                                      \
+  X(cuMemcpyDtoHAsync_v2_ptsz, cuMemcpyDtoHAsync_v2)                                 \
+  X(cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2)                                      \
+  X(cuMemcpyDtoDAsync_v2_ptsz, cuMemcpyDtoDAsync_v2)                                 \
+  X(cuMemsetD8_v2, cuMemsetD8_v2)                                                    \
+  X(cuMemsetD8_v2_ptds, cuMemsetD8_v2)                                               \
+  X(cuMemsetD16_v2, cuMemsetD16_v2)                                                  \
+  X(cuMemsetD16_v2_ptds, cuMemsetD16_v2)                                             \
+  X(cuMemsetD32_v2, cuMemsetD32_v2)                                                  \
+  X(cuMemsetD32_v2_ptds, cuMemsetD32_v2)                                             \
+  X(cuMemsetD8Async, cuMemsetD8Async)                                                \
+  X(cuMemsetD8Async_ptsz, cuMemsetD8Async)                                           \
+  X(cuMemsetD16Async, cuMemsetD16Async)                                              \
+  X(cuMemsetD16Async_ptsz, cuMemsetD16Async)                                         \
+  X(cuMemsetD32Async, cuMemsetD32Async)                                              \
+  X(cuMemsetD32Async_ptsz, cuMemsetD32Async)                                         \
+  X(cuStreamBeginCapture_v2, cuStreamBeginCapture_v2)                                \
+  X(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture_v2)                           \
+  X(cuStreamEndCapture, cuStreamEndCapture)                                          \
+  X(cuStreamEndCapture_ptsz, cuStreamEndCapture)                                     \
+  X(cuGetProcAddress, cuGetProcAddress)                                              \
+  X(cuGetProcAddress_v2, cuGetProcAddress_v2)
+
+namespace tierrt::preload {
+
+enum class Hook : unsigned {
+#define TIERRT_HOOK_ID_(name, proto) name,
+  TIERRT_HOOKS(TIERRT_HOOK_ID_)
+#undef TIERRT_HOOK_ID_
+  kCount
+};
+
+// The driver's own function for a hook; null when the loaded driver lacks it.
+void* real_address(Hook h) noexcept;
+
+template <Hook H, class Fn>
+inline Fn real() noexcept {
+  return reinterpret_cast<Fn>(real_address(H));
+}
+
+// Our function for a driver symbol name, or null when we don't wrap it.
+void* hook_for_name(const char* name) noexcept;
+// Our function standing in for the driver function at `real`, or `real`.
+void* substitute_address(void* real) noexcept;
+
+}  // namespace tierrt::preload
+
+// The real function of hook `name`, typed like cuda.h's `proto`.
+#define TIERRT_REAL(name, proto) \
+  (::tierrt::preload::real<::tierrt::preload::Hook::name, decltype(&::proto)>())

@@ -1,0 +1,31 @@
+// Stream capture: while a stream captures, nothing it touches is spilled or
+// fetched, and blocks its captured launches name stay resident for good
+// (the graph may replay them at any time without passing through a hook).
+#include "preload/hooks.h"
+#include "preload/hook_guard.h"
+
+using namespace tierrt;
+using namespace tierrt::preload;
+
+extern "C" {
+
+#define TIERRT_SAME_(s) (s)
+#define TIERRT_BEGIN_CAPTURE_(name, stream_of)                                  \
+  CUresult name(CUstream s, CUstreamCaptureMode mode) {                         \
+    CUresult r = TIERRT_REAL(name, cuStreamBeginCapture_v2)(s, mode);           \
+    if (r == CUDA_SUCCESS)                                                      \
+      if (Engine* e = Engine::active()) e->captures().begin(stream_of(s), mode); \
+    return r;                                                                   \
+  }
+TIERRT_BEGIN_CAPTURE_(cuStreamBeginCapture_v2, TIERRT_SAME_)
+TIERRT_BEGIN_CAPTURE_(cuStreamBeginCapture_v2_ptsz, ptsz)
+
+#define TIERRT_END_CAPTURE_(name, stream_of)                            \
+  CUresult name(CUstream s, CUgraph* graph) {                           \
+    if (Engine* e = Engine::active()) e->captures().end(stream_of(s));  \
+    return TIERRT_REAL(name, cuStreamEndCapture)(s, graph);             \
+  }
+TIERRT_END_CAPTURE_(cuStreamEndCapture, TIERRT_SAME_)
+TIERRT_END_CAPTURE_(cuStreamEndCapture_ptsz, ptsz)
+
+}  // extern "C"

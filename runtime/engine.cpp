@@ -1,0 +1,212 @@
+#include "runtime/engine.h"
+
+#include <pthread.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+#include "driver/driver.h"
+#include "runtime/log.h"
+#include "runtime/stats_report.h"
+
+namespace tierrt {
+
+std::atomic<Engine*> Engine::g_active{nullptr};
+
+namespace {
+
+std::mutex g_start_mu;
+bool g_settings_read = false;
+bool g_off = false;  // decided for the whole process: off, bad settings, or no driver
+Settings* g_settings = nullptr;
+
+std::uint64_t physical_ram() noexcept {
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? std::uint64_t(pages) * std::uint64_t(page) : 0;
+}
+
+bool read_once() noexcept {
+  if (g_settings_read) return !g_off;
+  g_settings_read = true;
+  auto* s = new Settings;
+  std::string error;
+  if (!read_settings(s, &error)) {
+    // Always said, whatever TIERRT_LOG is: the user asked for something we refuse.
+    std::fprintf(stderr, "%s; tierrt is off for this process\n", error.c_str());
+    g_off = true;
+    delete s;
+    return false;
+  }
+  g_settings = s;
+  log::configure(s->log_level, s->log_file.c_str());
+  if (s->mode == Mode::kOff) g_off = true;
+  return !g_off;
+}
+
+alloc::Options allocator_options(const Settings& s, std::uint64_t device_total) {
+  alloc::Options o;
+  const auto& a = s.allocator;
+  if (a.device_budget) o.device_budget = a.device_budget->resolve(device_total);
+  if (a.host_budget) o.host_budget = a.host_budget->resolve(physical_ram());
+  o.min_bytes = a.min_bytes;
+  o.auto_mode = a.spill_mode == config::SpillMode::Auto;
+  o.mode = a.spill_mode == config::SpillMode::Copy ? alloc::SpillMode::Copy : alloc::SpillMode::Remap;
+  if (s.mode == Mode::kObserve) {
+    // Observe: track and count, never move. A host budget of one byte makes
+    // every spill refuse as "host full", the allocator's own stop signal.
+    o.host_budget = 1;
+  }
+  return o;
+}
+
+}  // namespace
+
+const Settings* Engine::settings_if_read() noexcept { return g_off ? nullptr : g_settings; }
+
+Engine::Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext ctx)
+    : settings_(s), alloc_(std::move(a)), ctx_(ctx) {}
+
+Engine* Engine::start() noexcept {
+  if (Engine* e = active()) return e;
+  std::lock_guard lock(g_start_mu);
+  if (Engine* e = active()) return e;
+  if (!read_once()) return nullptr;
+  const drv::Table& t = drv::table();
+  if (!t.loaded) {
+    TIERRT_LOG(kError, "libcuda.so.1 could not be loaded; tierrt is off");
+    g_off = true;
+    return nullptr;
+  }
+  CUcontext ctx = nullptr;
+  if (t.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return nullptr;  // try again with a context
+  CUdevice dev = 0;
+  size_t total = 0;
+  if (t.cuCtxGetDevice(&dev) != CUDA_SUCCESS || t.cuDeviceTotalMem(&total, dev) != CUDA_SUCCESS) return nullptr;
+  alloc::Options opt = allocator_options(*g_settings, total);
+  CUresult err = CUDA_SUCCESS;
+  std::unique_ptr<alloc::Allocator> a;
+  try {
+    a = alloc::Allocator::create(opt, &err);
+  } catch (...) {
+    err = CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  if (!a) {
+    TIERRT_LOG(kError, "cannot start on device %d (%s); tierrt is off", dev, drv::result_name(err));
+    g_off = true;
+    return nullptr;
+  }
+  auto* e = new Engine(*g_settings, std::move(a), ctx);  // lives until exit
+  const alloc::Stats st = e->alloc_->stats();
+  TIERRT_LOG(kInfo, "started on device %d: mode %s, spill %s, device budget %llu MiB, host budget %llu MiB", dev,
+             g_settings->mode == Mode::kTier ? "tier" : "observe",
+             e->alloc_->mode() == alloc::SpillMode::Remap ? "remap" : "copy",
+             static_cast<unsigned long long>(st.device_budget >> 20),
+             static_cast<unsigned long long>(st.host_budget >> 20));
+  pthread_atfork(nullptr, nullptr, &Engine::after_fork_in_child);
+  std::atexit(&Engine::at_exit);
+  g_active.store(e, std::memory_order_release);
+  return e;
+}
+
+// A forked child has the parent's memory but not its driver threads: tierrt
+// stands aside for the rest of the child's life and its calls go straight to
+// the driver.
+void Engine::after_fork_in_child() noexcept {
+  g_off = true;
+  g_active.store(nullptr, std::memory_order_release);
+}
+
+void Engine::at_exit() noexcept {
+  Engine* e = active();
+  if (!e) return;
+  write_stats_report(*e);
+}
+
+bool Engine::on_engine_context() const noexcept {
+  CUcontext c = nullptr;
+  return drv::table().cuCtxGetCurrent(&c) == CUDA_SUCCESS && c == ctx_;
+}
+
+void Engine::add_live(std::int64_t delta) noexcept {
+  std::uint64_t now = live_bytes_.fetch_add(static_cast<std::uint64_t>(delta), std::memory_order_relaxed) +
+                      static_cast<std::uint64_t>(delta);
+  std::uint64_t peak = peak_live_bytes_.load(std::memory_order_relaxed);
+  while (now > peak && !peak_live_bytes_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+CUresult Engine::allocate(CUdeviceptr* out, size_t bytes, CUstream stream) noexcept {
+  alloc::AllocFlags flags;
+  flags.pass_through = captures_.capturing(stream);
+  CUresult r = alloc_->allocate(out, bytes, stream, flags);
+  if (r == CUDA_SUCCESS)
+    if (alloc::Block* b = alloc_->lookup(*out)) add_live(static_cast<std::int64_t>(b->size));
+  return r;
+}
+
+bool Engine::free(CUdeviceptr ptr, CUstream stream, CUresult* result) noexcept {
+  if (!alloc_->owns(ptr)) return false;
+  alloc::Block* b = alloc_->lookup(ptr);
+  size_t size = b && b->va == ptr ? b->size : 0;
+  *result = alloc_->free(ptr, stream);
+  if (*result == CUDA_SUCCESS && size) add_live(-static_cast<std::int64_t>(size));
+  return true;
+}
+
+void Engine::collect_range(CUdeviceptr ptr, size_t bytes, BlockList& out) noexcept {
+  if (alloc::Block* b = alloc_->lookup(ptr)) out.add(b);
+  if (bytes > 1)
+    if (alloc::Block* b = alloc_->lookup(ptr + bytes - 1)) out.add(b);
+}
+
+void Engine::collect_launch(CUfunction f, void** params, void** extra, BlockList& out) noexcept {
+  auto scan_word = [&](const unsigned char* p) {
+    CUdeviceptr word;
+    std::memcpy(&word, p, sizeof word);
+    if (word)
+      if (alloc::Block* b = alloc_->lookup(word)) out.add(b);
+  };
+  if (params) {
+    ParamLayout layout = layouts_.get(f);
+    for (std::uint32_t i = 0; i < layout.count; ++i) {
+      if (!params[i]) continue;
+      const std::uint32_t off = layout.offsets[i], size = layout.sizes[i];
+      // Words aligned in the parameter buffer, read from this parameter's copy.
+      for (std::uint32_t w = (off + 7) & ~7u; w + 8 <= off + size; w += 8)
+        scan_word(static_cast<const unsigned char*>(params[i]) + (w - off));
+    }
+    return;
+  }
+  if (extra) {
+    const unsigned char* buffer = nullptr;
+    size_t size = 0;
+    for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
+      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buffer = static_cast<const unsigned char*>(extra[i + 1]);
+      else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1]) size = *static_cast<size_t*>(extra[i + 1]);
+    }
+    if (buffer)
+      for (size_t w = 0; w + 8 <= size; w += 8) scan_word(buffer + w);
+  }
+}
+
+CUresult Engine::before_use(const BlockList& blocks, CUstream stream) noexcept {
+  return alloc_->ensure_resident(blocks.span(), stream);
+}
+
+void Engine::after_use(const BlockList& blocks, CUstream stream, bool enqueued) noexcept {
+  if (enqueued) alloc_->record_use(blocks.span(), stream, captures_.capturing(stream));
+  alloc_->release(blocks.span());
+}
+
+void Engine::virtual_meminfo(size_t* free_bytes, size_t* total_bytes) noexcept {
+  const alloc::Stats s = alloc_->stats();
+  const std::uint64_t total = s.device_budget + s.host_budget;
+  const std::uint64_t used = s.device_used + s.host_used;
+  *total_bytes = total;
+  *free_bytes = used < total ? total - used : 0;
+}
+
+}  // namespace tierrt

@@ -1,0 +1,43 @@
+#include "runtime/log.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+
+namespace tierrt::log {
+
+namespace {
+std::atomic<int> g_level{static_cast<int>(LogLevel::kWarn)};
+std::atomic<int> g_fd{2};
+constexpr const char* kNames[] = {"", "error", "warn", "info", "debug"};
+}  // namespace
+
+void configure(LogLevel level, const char* file) {
+  g_level.store(static_cast<int>(level));
+  if (file && *file) {
+    int fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd >= 0) g_fd.store(fd);
+    else write(LogLevel::kError, "cannot open TIERRT_LOG_FILE=\"%s\"; logging to stderr", file);
+  }
+}
+
+bool enabled(LogLevel level) { return static_cast<int>(level) <= g_level.load(std::memory_order_relaxed); }
+
+void write(LogLevel level, const char* fmt, ...) {
+  char buf[1024];
+  int n = std::snprintf(buf, sizeof buf, "tierrt[%d] %s: ", static_cast<int>(getpid()), kNames[static_cast<int>(level)]);
+  va_list ap;
+  va_start(ap, fmt);
+  int m = std::vsnprintf(buf + n, sizeof buf - n - 1, fmt, ap);
+  va_end(ap);
+  size_t len = static_cast<size_t>(n) + (m < 0 ? 0 : std::min<size_t>(static_cast<size_t>(m), sizeof buf - n - 2));
+  buf[len++] = '\n';
+  // One write() per line, so lines from threads and processes don't interleave.
+  ssize_t ignored = ::write(g_fd.load(), buf, len);
+  (void)ignored;
+}
+
+}  // namespace tierrt::log

@@ -1,0 +1,90 @@
+#include "runtime/stats_report.h"
+
+#include <cstdio>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "runtime/engine.h"
+#include "runtime/log.h"
+
+namespace tierrt {
+
+namespace {
+
+double mib(std::uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
+
+constexpr const char* kClassNames[] = {"unclassified", "persistent", "activation", "transient", "workspace",
+                                       "class-5",      "class-6",    "class-7"};
+
+}  // namespace
+
+void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
+  Engine& engine = const_cast<Engine&>(e);
+  const alloc::Stats s = engine.allocator().stats();
+  tierrt_stats t{};
+  t.struct_size = sizeof t;
+  t.device_bytes_in_use = s.device_used;
+  t.device_peak_bytes = s.device_peak;
+  t.peak_bytes_untiered = e.peak_live_bytes();
+  t.device_budget = s.device_budget;
+  t.host_bytes_in_use = s.host_used;
+  t.host_peak_bytes = s.host_peak;
+  t.host_budget = s.host_budget;
+  for (int i = 0; i < alloc::kStateCount; ++i)
+    if (static_cast<alloc::State>(i) != alloc::State::Freed) t.live_blocks += s.blocks[i];
+  t.spilled_blocks = s.blocks[static_cast<int>(alloc::State::Spilled)];
+  t.allocations = s.allocs;
+  t.driver_allocations = s.driver_allocs;
+  t.spills = s.spills;
+  t.bytes_spilled = s.bytes_spilled;
+  t.fetches = s.fetches;
+  t.demand_fetches = s.demand_fetches;
+  t.bytes_fetched = s.bytes_fetched;
+  t.launches_seen = e.launches();
+  t.steps_marked = e.steps();
+  size_t n = out->struct_size && out->struct_size < sizeof t ? out->struct_size : sizeof t;
+  std::memcpy(out, &t, n);
+  out->struct_size = n;
+}
+
+void write_stats_report(const Engine& e) noexcept {
+  const std::string& where = e.settings().stats;
+  if (where.empty()) return;
+  FILE* f = where == "-" ? stderr : std::fopen(where.c_str(), "w");
+  if (!f) {
+    TIERRT_LOG(kError, "cannot write TIERRT_STATS=\"%s\"", where.c_str());
+    return;
+  }
+  tierrt_stats t{};
+  t.struct_size = sizeof t;
+  fill_public_stats(e, &t);
+  const alloc::Stats s = const_cast<Engine&>(e).allocator().stats();
+  const std::uint64_t prefetched = t.fetches - t.demand_fetches;
+  std::fprintf(f, "tierrt stats (pid %d)\n", static_cast<int>(getpid()));
+  std::fprintf(f, "  peak device memory      %10.1f MiB with tiering, %10.1f MiB of live tracked blocks (without)\n",
+               mib(t.device_peak_bytes), mib(t.peak_bytes_untiered));
+  std::fprintf(f, "  budgets                 %10.1f MiB device, %10.1f MiB host\n", mib(t.device_budget),
+               mib(t.host_budget));
+  std::fprintf(f, "  host tier               %10.1f MiB now, %10.1f MiB at peak\n", mib(t.host_bytes_in_use),
+               mib(t.host_peak_bytes));
+  std::fprintf(f, "  spilled                 %10llu blocks, %10.1f MiB\n", static_cast<unsigned long long>(t.spills),
+               mib(t.bytes_spilled));
+  std::fprintf(f, "  fetched back            %10llu blocks, %10.1f MiB (%llu prefetched, %llu on demand)\n",
+               static_cast<unsigned long long>(t.fetches), mib(t.bytes_fetched),
+               static_cast<unsigned long long>(prefetched), static_cast<unsigned long long>(t.demand_fetches));
+  if (t.fetches)
+    std::fprintf(f, "  prefetch hit rate       %10.1f %%\n", 100.0 * static_cast<double>(prefetched) / t.fetches);
+  std::fprintf(f, "  allocations             %10llu tracked, %llu reached the driver (%llu cache hits)\n",
+               static_cast<unsigned long long>(t.allocations), static_cast<unsigned long long>(t.driver_allocations),
+               static_cast<unsigned long long>(s.cache_hits));
+  std::fprintf(f, "  launches seen           %10llu; steps marked %llu\n", static_cast<unsigned long long>(t.launches_seen),
+               static_cast<unsigned long long>(t.steps_marked));
+  std::fprintf(f, "  live bytes per class   ");
+  for (int c = 0; c < 8; ++c)
+    if (s.class_bytes[c]) std::fprintf(f, " %s %.1f MiB", kClassNames[c], mib(s.class_bytes[c]));
+  std::fprintf(f, "\n");
+  if (f != stderr) std::fclose(f);
+}
+
+}  // namespace tierrt

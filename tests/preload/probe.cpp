@@ -1,0 +1,270 @@
+// A CUDA program that reaches the driver one of the ways applications do,
+// runs under LD_PRELOAD=libtierrt.so, and checks that tierrt saw it:
+//   probe PATH [SCENARIO]
+// PATH: direct | dlsym | procaddr-11030 | procaddr-12000 | procaddr-13000 |
+//       procaddr-ptsz | cudart-like
+// SCENARIO: oversubscribe (default) | kernel | fork | exit-in-flight | off
+// It allocates three times the device's memory in idle blocks, fills them,
+// reads them all back bit for bit, and asks tierrt's own stats (not its log)
+// whether its hooks carried the allocations. Exit status 0 means success.
+#include <cuda.h>
+#include <dlfcn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "include/tierrt/tierrt.h"
+#include "simdev/simdev.h"
+
+// cuda.h spells cuGetProcAddress as the _v2 form; CUDA 11.3-era callers use
+// the original four-argument function, which the driver still exports.
+#undef cuGetProcAddress
+extern "C" CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags);
+
+namespace {
+
+struct Api {
+  decltype(&::cuInit) init;
+  decltype(&::cuDeviceGet) device_get;
+  decltype(&::cuDevicePrimaryCtxRetain) retain;
+  decltype(&::cuCtxSetCurrent) set_current;
+  decltype(&::cuCtxSynchronize) sync;
+  decltype(&::cuMemGetInfo_v2) mem_info;
+  decltype(&::cuMemAlloc_v2) alloc;
+  decltype(&::cuMemFree_v2) free;
+  decltype(&::cuMemcpyHtoD_v2) htod;
+  decltype(&::cuMemcpyDtoH_v2) dtoh;
+  decltype(&::cuModuleLoadData) load_module;
+  decltype(&::cuModuleGetFunction) get_function;
+  decltype(&::cuLaunchKernel) launch;
+};
+
+[[noreturn]] void fail(const std::string& why) {
+  std::fprintf(stderr, "probe: %s\n", why.c_str());
+  std::exit(1);
+}
+
+void check(CUresult r, const char* what) {
+  if (r != CUDA_SUCCESS) fail(std::string(what) + " failed with CUresult " + std::to_string(r));
+}
+
+#define API_FIELDS(X)                                                                                      \
+  X(init, "cuInit") X(device_get, "cuDeviceGet") X(retain, "cuDevicePrimaryCtxRetain")                    \
+  X(set_current, "cuCtxSetCurrent") X(sync, "cuCtxSynchronize") X(mem_info, "cuMemGetInfo")                \
+  X(alloc, "cuMemAlloc") X(free, "cuMemFree") X(htod, "cuMemcpyHtoD") X(dtoh, "cuMemcpyDtoH")              \
+  X(load_module, "cuModuleLoadData") X(get_function, "cuModuleGetFunction") X(launch, "cuLaunchKernel")
+
+Api direct() {
+  return Api{&::cuInit, &::cuDeviceGet, &::cuDevicePrimaryCtxRetain, &::cuCtxSetCurrent, &::cuCtxSynchronize,
+             &::cuMemGetInfo_v2, &::cuMemAlloc_v2, &::cuMemFree_v2, &::cuMemcpyHtoD_v2, &::cuMemcpyDtoH_v2,
+             &::cuModuleLoadData, &::cuModuleGetFunction, &::cuLaunchKernel};
+}
+
+// The exported name of each base name, as a loader using dlsym spells it.
+const char* versioned(const char* base) {
+  static const char* const kV2[] = {"cuMemGetInfo", "cuMemAlloc", "cuMemFree", "cuMemcpyHtoD", "cuMemcpyDtoH"};
+  for (const char* n : kV2)
+    if (std::strcmp(n, base) == 0) return (new std::string(std::string(base) + "_v2"))->c_str();
+  return base;
+}
+
+Api by_dlsym() {
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) fail(std::string("dlopen libcuda.so.1: ") + dlerror());
+  Api a{};
+#define LOAD_(field, name)                                                   \
+  a.field = reinterpret_cast<decltype(a.field)>(dlsym(h, versioned(name)));  \
+  if (!a.field) fail(std::string("dlsym ") + versioned(name));
+  API_FIELDS(LOAD_)
+#undef LOAD_
+  return a;
+}
+
+using GetProc2 = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+using GetProc1 = CUresult (*)(const char*, void**, int, cuuint64_t);
+
+Api by_proc_address(int version, cuuint64_t flags, GetProc2 get2, GetProc1 get1) {
+  Api a{};
+#define LOAD_(field, name)                                                                         \
+  {                                                                                                \
+    void* fn = nullptr;                                                                            \
+    CUdriverProcAddressQueryResult st = CU_GET_PROC_ADDRESS_SUCCESS;                               \
+    CUresult r = get2 ? get2(name, &fn, version, flags, &st) : get1(name, &fn, version, flags);    \
+    if (r != CUDA_SUCCESS || !fn || st != CU_GET_PROC_ADDRESS_SUCCESS)                             \
+      fail(std::string("cuGetProcAddress ") + name + " at " + std::to_string(version));            \
+    a.field = reinterpret_cast<decltype(a.field)>(fn);                                             \
+  }
+  API_FIELDS(LOAD_)
+#undef LOAD_
+  return a;
+}
+
+// As libcudart does: take cuGetProcAddress_v2 with dlsym, ask it for
+// cuGetProcAddress itself, and resolve everything else through that.
+Api cudart_like() {
+  void* h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!h) fail("dlopen libcuda.so.1");
+  auto boot = reinterpret_cast<GetProc2>(dlsym(h, "cuGetProcAddress_v2"));
+  if (!boot) fail("dlsym cuGetProcAddress_v2");
+  void* self = nullptr;
+  check(boot("cuGetProcAddress", &self, 13000, CU_GET_PROC_ADDRESS_DEFAULT, nullptr), "cuGetProcAddress(self)");
+  if (!self) fail("no cuGetProcAddress from cuGetProcAddress");
+  return by_proc_address(13000, CU_GET_PROC_ADDRESS_DEFAULT, reinterpret_cast<GetProc2>(self), nullptr);
+}
+
+Api api_for(const std::string& path) {
+  if (path == "direct") return direct();
+  if (path == "dlsym") return by_dlsym();
+  if (path == "procaddr-11030") return by_proc_address(11030, 0, nullptr, &::cuGetProcAddress);
+  if (path == "procaddr-12000") return by_proc_address(12000, 0, &::cuGetProcAddress_v2, nullptr);
+  if (path == "procaddr-13000") return by_proc_address(13000, 0, &::cuGetProcAddress_v2, nullptr);
+  if (path == "procaddr-ptsz")
+    return by_proc_address(13000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &::cuGetProcAddress_v2, nullptr);
+  if (path == "cudart-like") return cudart_like();
+  fail("unknown path " + path);
+}
+
+// tierrt's stats, looked up at run time: absent when tierrt is not preloaded.
+bool tierrt_stats_now(tierrt_stats* s) {
+  auto get = reinterpret_cast<int (*)(tierrt_stats*)>(dlsym(RTLD_DEFAULT, "tierrt_get_stats"));
+  s->struct_size = sizeof *s;
+  return get && get(s) == 0;
+}
+
+int tierrt_advise_now(CUdeviceptr p, tierrt_advice a) {
+  auto advise = reinterpret_cast<int (*)(const void*, tierrt_advice)>(dlsym(RTLD_DEFAULT, "tierrt_advise"));
+  return advise ? advise(reinterpret_cast<const void*>(p), a) : -1;
+}
+
+uint32_t pattern(size_t block, size_t i) { return static_cast<uint32_t>(block * 2654435761u + i * 40503u + 7); }
+
+void fill(const Api& a, CUdeviceptr p, size_t bytes, size_t block) {
+  std::vector<uint32_t> v(bytes / 4);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = pattern(block, i);
+  check(a.htod(p, v.data(), bytes), "cuMemcpyHtoD");
+}
+
+void verify(const Api& a, CUdeviceptr p, size_t bytes, size_t block, uint32_t add) {
+  std::vector<uint32_t> v(bytes / 4);
+  check(a.dtoh(v.data(), p, bytes), "cuMemcpyDtoH");
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] != pattern(block, i) + add) fail("block " + std::to_string(block) + " word " + std::to_string(i) + " changed");
+}
+
+void add_one_kernel(const simdev_launch* l) {
+  auto* p = *static_cast<uint32_t* const*>(l->params[0]);
+  size_t n = *static_cast<const size_t*>(l->params[1]);
+  for (size_t i = 0; i < n; ++i) p[i] += 1;
+}
+
+void oversubscribe(const Api& a, bool expect_tierrt) {
+  size_t free_b = 0, total = 0;
+  check(a.mem_info(&free_b, &total), "cuMemGetInfo");
+  const size_t block = 32u << 20;
+  const size_t n = 3 * total / block;
+  std::vector<CUdeviceptr> blocks(n);
+  for (size_t i = 0; i < n; ++i) {
+    CUresult r = a.alloc(&blocks[i], block);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && !expect_tierrt) {
+      std::printf("out of memory after %zu of %zu blocks without tierrt, as expected\n", i, n);
+      for (size_t j = 0; j < i; ++j) check(a.free(blocks[j]), "cuMemFree");
+      return;
+    }
+    check(r, "cuMemAlloc");
+    fill(a, blocks[i], block, i);
+  }
+  for (size_t i = 0; i < n; ++i) verify(a, blocks[i], block, i, 0);
+  tierrt_stats s{};
+  if (!tierrt_stats_now(&s)) fail("tierrt is not running: its hooks never saw this program's allocations");
+  if (s.allocations < n) fail("tierrt saw " + std::to_string(s.allocations) + " of " + std::to_string(n) + " allocations");
+  if (s.spills == 0 || s.fetches == 0) fail("nothing was spilled and fetched back, yet the blocks exceed the device");
+  for (CUdeviceptr p : blocks) check(a.free(p), "cuMemFree");
+  std::printf("%zu x %zu MiB on a %zu MiB device: all bytes intact; tierrt spilled %llu, fetched %llu\n", n,
+              block >> 20, total >> 20, static_cast<unsigned long long>(s.spills),
+              static_cast<unsigned long long>(s.fetches));
+}
+
+void kernel_on_spilled_block(const Api& a) {
+  const size_t sizes[] = {sizeof(uint32_t*), sizeof(size_t)};
+  simdev_kernel_desc d{"tierrt_probe_add_one", &add_one_kernel, 2, sizes, nullptr, 0};
+  if (simdev_try_register_kernel(&d) != 0) fail("this scenario runs on simdev only");
+  CUmodule m;
+  CUfunction f;
+  check(a.load_module(&m, "simdev host kernels"), "cuModuleLoadData");
+  check(a.get_function(&f, m, "tierrt_probe_add_one"), "cuModuleGetFunction");
+  const size_t bytes = 16u << 20;
+  CUdeviceptr p;
+  check(a.alloc(&p, bytes), "cuMemAlloc");
+  fill(a, p, bytes, 1);
+  check(a.sync(), "cuCtxSynchronize");
+  tierrt_stats s{};
+  bool tiered = tierrt_stats_now(&s);
+  if (tiered) {
+    if (tierrt_advise_now(p, TIERRT_ADVISE_SPILL) != 0) fail("tierrt refused to spill the block");
+    for (int i = 0; i < 2000 && tierrt_stats_now(&s) && s.spilled_blocks == 0; ++i) usleep(1000);
+    if (s.spilled_blocks == 0) fail("the block never reached SPILLED");
+  }
+  size_t n = bytes / 4;
+  void* params[] = {&p, &n};
+  check(a.launch(f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel");
+  check(a.sync(), "cuCtxSynchronize after the kernel");
+  verify(a, p, bytes, 1, 1);
+  check(a.free(p), "cuMemFree");
+  std::printf("a kernel on a %s block saw its data\n", tiered ? "spilled" : "plain");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string path = argc > 1 ? argv[1] : "direct";
+  const std::string scenario = argc > 2 ? argv[2] : "oversubscribe";
+  Api a = api_for(path);
+  check(a.init(0), "cuInit");
+  CUdevice dev;
+  CUcontext ctx;
+  check(a.device_get(&dev, 0), "cuDeviceGet");
+  check(a.retain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  check(a.set_current(ctx), "cuCtxSetCurrent");
+
+  if (scenario == "oversubscribe") {
+    oversubscribe(a, true);
+  } else if (scenario == "off") {
+    oversubscribe(a, false);
+  } else if (scenario == "kernel") {
+    kernel_on_spilled_block(a);
+  } else if (scenario == "fork") {
+    CUdeviceptr p;
+    check(a.alloc(&p, 8u << 20), "cuMemAlloc");
+    fill(a, p, 8u << 20, 3);
+    pid_t child = fork();
+    if (child == 0) {
+      // The child allocates and frees host memory and leaves; CUDA is not
+      // usable across fork, and tierrt must not get in the way of that.
+      std::vector<char> scratch(1 << 20, 'x');
+      std::_Exit(scratch[12345] == 'x' ? 0 : 3);
+    }
+    int status = 0;
+    if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      fail("the forked child did not exit cleanly");
+    verify(a, p, 8u << 20, 3, 0);
+    check(a.free(p), "cuMemFree");
+    std::printf("fork: child exited cleanly, parent's block intact\n");
+  } else if (scenario == "exit-in-flight") {
+    std::vector<CUdeviceptr> blocks(8);
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      check(a.alloc(&blocks[i], 32u << 20), "cuMemAlloc");
+      fill(a, blocks[i], 32u << 20, i);
+    }
+    for (CUdeviceptr p : blocks) tierrt_advise_now(p, TIERRT_ADVISE_SPILL);
+    std::printf("exiting with spills in flight\n");
+    return 0;  // no free, no sync: the process must still exit cleanly
+  } else {
+    fail("unknown scenario " + scenario);
+  }
+  return 0;
+}
