@@ -63,7 +63,8 @@ void BM_Copy(benchmark::State& state, Dir dir, HostMem mem) {
   // which is not what is being measured.
   std::memset(host, 1, bytes);
   if (!check(cuMemcpyHtoD(dev, host, bytes), "warm-up", state) ||
-      !check(cuMemcpyDtoH(host, dev, bytes), "warm-up", state) || !check(copy(), "warm-up", state)) {
+      !check(cuMemcpyDtoH(host, dev, bytes), "warm-up", state) ||
+      !check(copy(), "warm-up", state)) {
     if (pinned) cuMemFreeHost(pinned);
     cuMemFree(dev);
     return;

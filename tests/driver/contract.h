@@ -123,7 +123,9 @@ class PinnedBuffer {
   CUresult status() const { return status_; }
   void* get() const { return ptr_; }
   template <class T>
-  T* as() const { return static_cast<T*>(ptr_); }
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
   size_t size() const { return size_; }
 
  private:

@@ -12,7 +12,8 @@ TEST(DriverInit, CallsBeforeInitReturnNotInitialized) {
   expect_child_returns_zero([] {
     int version = 0;
     CUresult r = cuDriverGetVersion(&version);
-    if (r != CUDA_SUCCESS) return child_fail(1, "cuDriverGetVersion before cuInit", r, CUDA_SUCCESS);
+    if (r != CUDA_SUCCESS)
+      return child_fail(1, "cuDriverGetVersion before cuInit", r, CUDA_SUCCESS);
     int count = 0;
     r = cuDeviceGetCount(&count);
     if (r != CUDA_ERROR_NOT_INITIALIZED)

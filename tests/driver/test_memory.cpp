@@ -122,6 +122,25 @@ TEST_F(DriverTest, AsyncAllocCanReuseMemoryFreedEarlierInTheStream) {
   EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemAllocAsync(nullptr, 4096, s));
 }
 
+TEST_F(DriverTest, AsyncFreedMemoryReturnsToTheDeviceAtSynchronize) {
+  // The default pool's release threshold is 0: memory freed in stream order
+  // goes back to the device at the next synchronisation.
+  Stream s;
+  ASSERT_CU(s.status());
+  const size_t bytes = total_memory() / 4;
+  size_t f0 = 0, f1 = 0, f2 = 0, total = 0;
+  ASSERT_CU(cuMemGetInfo(&f0, &total));
+  CUdeviceptr p = 0;
+  ASSERT_CU(cuMemAllocAsync(&p, bytes, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  ASSERT_CU(cuMemGetInfo(&f1, &total));
+  EXPECT_GE(f0 - f1, bytes);
+  ASSERT_CU(cuMemFreeAsync(p, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  ASSERT_CU(cuMemGetInfo(&f2, &total));
+  EXPECT_GE(f2 + 2 * kMiB, f0);
+}
+
 TEST_F(DriverTest, PinnedHostAllocIsMappedForTheDevice) {
   const size_t n = 4096;
   PinnedBuffer host(n * 4, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
@@ -148,7 +167,8 @@ TEST_F(DriverTest, MemHostGetDevicePointerRejectsUnknownMemory) {
   EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemHostGetDevicePointer(&dp, &on_stack, 0));
   PinnedBuffer host(4096);
   ASSERT_CU(host.status());
-  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemHostGetDevicePointer(&dp, host.get(), 1));  // flags must be 0
+  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
+            cuMemHostGetDevicePointer(&dp, host.get(), 1));  // flags must be 0
 }
 
 TEST_F(DriverTest, HostRegisterUnregister) {

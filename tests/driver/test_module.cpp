@@ -178,8 +178,8 @@ TEST_F(DriverTest, LaunchWithBothParamFormsIsInvalidValue) {
   uint32_t value = 1;
   uint64_t n = 16;
   void* params[] = {&p, &value, &n};
-  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuLaunchKernel(kernels().fill_u32, 1, 1, 1, 32, 1, 1, 0,
-                                                     nullptr, params, extra));
+  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
+            cuLaunchKernel(kernels().fill_u32, 1, 1, 1, 32, 1, 1, 0, nullptr, params, extra));
 }
 
 TEST_F(DriverTest, LaunchKernelEx) {

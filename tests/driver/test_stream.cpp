@@ -138,6 +138,57 @@ TEST_F(DriverTest, StreamWaitEventUsesTheRecordCurrentAtTheCall) {
   ASSERT_CU(cuStreamSynchronize(held));
 }
 
+TEST_F(DriverTest, LegacyStreamSynchronizesWithBlockingStreams) {
+  Stream blocking(CU_STREAM_DEFAULT), non_blocking(CU_STREAM_NON_BLOCKING);
+  ASSERT_CU(blocking.status());
+  ASSERT_CU(non_blocking.status());
+  DeviceBuffer d(4096);
+  ASSERT_CU(d.status());
+  {
+    // Legacy-stream work waits for earlier work in blocking streams...
+    Gate gate;
+    ASSERT_CU(gate.enqueue(blocking));
+    ASSERT_CU(cuMemsetD8Async(d.ptr(), 1, 4096, CU_STREAM_LEGACY));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    EXPECT_EQ(CUDA_ERROR_NOT_READY, cuStreamQuery(CU_STREAM_LEGACY));
+    EXPECT_CU(cuStreamQuery(non_blocking));  // ...but non-blocking streams do not
+    gate.open();
+    ASSERT_CU(cuCtxSynchronize());
+  }
+  {
+    // ...and later work in blocking streams waits for the legacy stream.
+    Gate gate;
+    ASSERT_CU(gate.enqueue(CU_STREAM_LEGACY));
+    ASSERT_CU(cuMemsetD8Async(d.ptr(), 2, 4096, blocking));
+    ASSERT_CU(cuMemsetD8Async(d.ptr(), 3, 16, non_blocking));
+    EXPECT_CU(contract::wait_idle(non_blocking, 5000));
+    EXPECT_EQ(CUDA_ERROR_NOT_READY, cuStreamQuery(blocking));
+    gate.open();
+    ASSERT_CU(cuCtxSynchronize());
+  }
+}
+
+TEST_F(DriverTest, DestroyingAStreamWithPendingWorkLetsTheWorkFinish) {
+  DeviceBuffer d(4096);
+  ASSERT_CU(d.status());
+  ASSERT_CU(cuMemsetD8(d.ptr(), 0, 4096));
+  Gate gate;
+  CUstream s = nullptr;
+  ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  ASSERT_CU(gate.enqueue(s));
+  ASSERT_CU(cuMemsetD8Async(d.ptr(), 7, 4096, s));
+  CUevent e = nullptr;
+  ASSERT_CU(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING));
+  ASSERT_CU(cuEventRecord(e, s));
+  ASSERT_CU(cuStreamDestroy(s));  // returns at once; the work still runs
+  ASSERT_CU(cuEventDestroy(e));
+  gate.open();
+  ASSERT_CU(cuCtxSynchronize());
+  unsigned char v = 0;
+  ASSERT_CU(cuMemcpyDtoH(&v, d.ptr() + 4095, 1));
+  EXPECT_EQ(7, v);
+}
+
 TEST_F(DriverTest, WaitOnNeverRecordedEventDoesNotBlock) {
   Stream s;
   ASSERT_CU(s.status());
@@ -329,7 +380,8 @@ TEST_F(DriverTest, SynchronizingACapturingStreamIsRefused) {
 }
 
 TEST_F(DriverTest, CaptureOnTheLegacyStreamIsRefused) {
-  EXPECT_NE(CUDA_SUCCESS, cuStreamBeginCapture(CU_STREAM_LEGACY, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  EXPECT_NE(CUDA_SUCCESS,
+            cuStreamBeginCapture(CU_STREAM_LEGACY, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
   CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
   ASSERT_CU(cuStreamIsCapturing(CU_STREAM_LEGACY, &st));
   EXPECT_EQ(CU_STREAM_CAPTURE_STATUS_NONE, st);

@@ -240,6 +240,32 @@ TEST_F(VmmTest, UnalignedMapArgumentsAreInvalidValue) {
   ASSERT_CU(cuMemUnmap(r.va(), size));
 }
 
+TEST_F(VmmTest, UnmapOfASubRangeIsInvalidValue) {
+  Reservation r(2 * gran_, gran_);
+  ASSERT_CU(r.status());
+  Physical h(2 * gran_, dev_prop_);
+  ASSERT_CU(h.status());
+  ASSERT_CU(map_rw(r.va(), 2 * gran_, h));
+  // One mapping is unmapped whole, not in parts.
+  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemUnmap(r.va() + gran_, gran_));
+  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemUnmap(r.va(), gran_));
+  ASSERT_CU(cuMemsetD32(r.va(), 3u, 2 * gran_ / 4));  // still fully mapped
+  ASSERT_CU(cuCtxSynchronize());                      // cuMemUnmap does not wait for work
+  ASSERT_CU(cuMemUnmap(r.va(), 2 * gran_));
+}
+
+TEST_F(VmmTest, SetAccessOnAPartlyMappedRangeIsInvalidValue) {
+  Reservation r(2 * gran_, gran_);
+  ASSERT_CU(r.status());
+  Physical h(gran_, dev_prop_);
+  ASSERT_CU(h.status());
+  ASSERT_CU(cuMemMap(r.va(), gran_, 0, h.get(), 0));
+  CUmemAccessDesc acc = device_rw(device());
+  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemSetAccess(r.va(), 2 * gran_, &acc, 1));
+  EXPECT_CU(cuMemSetAccess(r.va(), gran_, &acc, 1));
+  ASSERT_CU(cuMemUnmap(r.va(), gran_));
+}
+
 TEST_F(VmmTest, MappingAnAlreadyMappedRangeFails) {
   Reservation r(gran_, gran_);
   ASSERT_CU(r.status());
@@ -499,6 +525,48 @@ TEST_F(VmmTest, KernelOnUnmappedAfterUseVaIsIllegalAddress) {
   });
 }
 
+TEST_F(VmmTest, KernelOnMappedVaWithoutAccessIsIllegalAddress) {
+  expect_child_returns_zero([this] {
+    CUdeviceptr va = 0;
+    CUmemGenericAllocationHandle h = 0;
+    if (CUresult r = cuMemAddressReserve(&va, gran_, gran_, 0, 0); r != CUDA_SUCCESS)
+      return child_fail(1, "cuMemAddressReserve", r, CUDA_SUCCESS);
+    if (CUresult r = cuMemCreate(&h, gran_, &dev_prop_, 0); r != CUDA_SUCCESS)
+      return child_fail(2, "cuMemCreate", r, CUDA_SUCCESS);
+    if (CUresult r = cuMemMap(va, gran_, 0, h, 0); r != CUDA_SUCCESS)
+      return child_fail(3, "cuMemMap", r, CUDA_SUCCESS);
+    // Mapped, but no cuMemSetAccess: the device may not touch it.
+    const CUresult r = work_result(contract::fill_u32(kernels(), nullptr, va, 1u, 64));
+    return expect_illegal_and_sticky(r, "kernel on a mapped VA without access");
+  });
+}
+
+TEST_F(VmmTest, KernelOnFreedAllocationIsIllegalAddress) {
+  expect_child_returns_zero([this] {
+    // Large enough to have its own pages, so that cuMemFree unmaps them.
+    const size_t bytes = 64 << 20;
+    CUdeviceptr p = 0;
+    if (CUresult r = cuMemAlloc(&p, bytes); r != CUDA_SUCCESS)
+      return child_fail(1, "cuMemAlloc", r, CUDA_SUCCESS);
+    if (CUresult r = cuMemFree(p); r != CUDA_SUCCESS)
+      return child_fail(2, "cuMemFree", r, CUDA_SUCCESS);
+    const CUresult r = work_result(contract::fill_u32(kernels(), nullptr, p, 1u, 1024));
+    return expect_illegal_and_sticky(r, "kernel on a freed allocation");
+  });
+}
+
+TEST_F(VmmTest, CopyFromUnmappedVaIsIllegalAddress) {
+  expect_child_returns_zero([this] {
+    CUdeviceptr va = 0, dst = 0;
+    if (CUresult r = cuMemAddressReserve(&va, gran_, gran_, 0, 0); r != CUDA_SUCCESS)
+      return child_fail(1, "cuMemAddressReserve", r, CUDA_SUCCESS);
+    if (CUresult r = cuMemAlloc(&dst, 4096); r != CUDA_SUCCESS)
+      return child_fail(2, "cuMemAlloc", r, CUDA_SUCCESS);
+    const CUresult r = work_result(cuMemcpyDtoDAsync(dst, va, 4096, nullptr));
+    return expect_illegal_and_sticky(r, "D2D copy from an unmapped VA");
+  });
+}
+
 TEST_F(VmmTest, CopyIntoUnmappedVaIsIllegalAddress) {
   expect_child_returns_zero([this] {
     CUdeviceptr va = 0;
@@ -512,6 +580,26 @@ TEST_F(VmmTest, CopyIntoUnmappedVaIsIllegalAddress) {
       return child_fail(3, "cuMemHostAlloc", r, CUDA_SUCCESS);
     const CUresult r = work_result(cuMemcpyHtoDAsync(va + 4096, src, 4096, s));
     return expect_illegal_and_sticky(r, "H2D copy into an unmapped VA");
+  });
+}
+
+TEST_F(VmmTest, CopySpanningIntoAnUnmappedPartIsIllegalAddress) {
+  expect_child_returns_zero([this] {
+    // The first granule is mapped, the second is not; the copy straddles both.
+    CUdeviceptr va = 0;
+    CUmemGenericAllocationHandle h = 0;
+    if (CUresult r = cuMemAddressReserve(&va, 2 * gran_, gran_, 0, 0); r != CUDA_SUCCESS)
+      return child_fail(1, "cuMemAddressReserve", r, CUDA_SUCCESS);
+    if (CUresult r = cuMemCreate(&h, gran_, &dev_prop_, 0); r != CUDA_SUCCESS)
+      return child_fail(2, "cuMemCreate", r, CUDA_SUCCESS);
+    if (CUresult r = cuMemMap(va, gran_, 0, h, 0); r != CUDA_SUCCESS)
+      return child_fail(3, "cuMemMap", r, CUDA_SUCCESS);
+    CUmemAccessDesc acc = device_rw(device());
+    if (CUresult r = cuMemSetAccess(va, gran_, &acc, 1); r != CUDA_SUCCESS)
+      return child_fail(4, "cuMemSetAccess", r, CUDA_SUCCESS);
+    std::vector<unsigned char> host(8192, 1);
+    const CUresult r = work_result(cuMemcpyHtoD(va + gran_ - 4096, host.data(), host.size()));
+    return expect_illegal_and_sticky(r, "H2D copy running past the mapped part");
   });
 }
 

@@ -1,15 +1,25 @@
 #include "simdev_test.h"
 
+#include <dlfcn.h>
+
+namespace {
+
+// simdev.h declares these, but linking them directly would keep the binary
+// from loading against NVIDIA's driver; look them up instead.
+void* lookup(const char* name) { return dlsym(RTLD_DEFAULT, name); }
+
+}  // namespace
+
 const SimdevApi* simdev_api() {
   static const SimdevApi api = [] {
     SimdevApi a;
     a.inject_fault = reinterpret_cast<int (*)(const char*, unsigned long long, int)>(
-        simdev_lookup_("simdev_inject_fault"));
-    a.clear_faults = reinterpret_cast<void (*)()>(simdev_lookup_("simdev_clear_faults"));
+        lookup("simdev_inject_fault"));
+    a.clear_faults = reinterpret_cast<void (*)()>(lookup("simdev_clear_faults"));
     a.device_bytes_in_use =
-        reinterpret_cast<unsigned long long (*)()>(simdev_lookup_("simdev_device_bytes_in_use"));
+        reinterpret_cast<unsigned long long (*)()>(lookup("simdev_device_bytes_in_use"));
     a.host_bytes_in_use =
-        reinterpret_cast<unsigned long long (*)()>(simdev_lookup_("simdev_host_bytes_in_use"));
+        reinterpret_cast<unsigned long long (*)()>(lookup("simdev_host_bytes_in_use"));
     return a;
   }();
   if (!simdev_present() || !api.inject_fault || !api.clear_faults || !api.device_bytes_in_use ||

@@ -217,3 +217,17 @@ TEST_F(SimdevModeledKernel, LaunchReturnsBeforeTheModeledDuration) {
   EXPECT_GE(wall_ms_since(t0), 0.95 * kModeledNs / 1e6);
   EXPECT_LT(enqueue_ms, kModeledNs / 1e6);  // asynchronous
 }
+
+TEST_F(SimdevModeledKernel, KernelsInDifferentStreamsOverlap) {
+  Stream a, b;
+  ASSERT_CU(a.status());
+  ASSERT_CU(b.status());
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_CU(launch(a));
+  ASSERT_CU(launch(b));
+  ASSERT_CU(cuStreamSynchronize(a));
+  ASSERT_CU(cuStreamSynchronize(b));
+  const double ms = wall_ms_since(t0);
+  EXPECT_GE(ms, 0.95 * kModeledNs / 1e6);
+  EXPECT_LT(ms, 0.85 * 2 * kModeledNs / 1e6) << "streams did not run concurrently";
+}
