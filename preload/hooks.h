@@ -68,6 +68,9 @@ extern "C" CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int
   X(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture_v2)                           \
   X(cuStreamEndCapture, cuStreamEndCapture)                                          \
   X(cuStreamEndCapture_ptsz, cuStreamEndCapture)                                     \
+  X(cuCtxSynchronize, cuCtxSynchronize)                                              \
+  X(cuStreamSynchronize, cuStreamSynchronize)                                        \
+  X(cuStreamSynchronize_ptsz, cuStreamSynchronize)                                   \
   X(cuGetProcAddress, cuGetProcAddress)                                              \
   X(cuGetProcAddress_v2, cuGetProcAddress_v2)
 

@@ -1,4 +1,4 @@
-// Stream capture: while a stream captures, nothing it touches is spilled or
+// Stream capture and synchronisation. While a stream captures, nothing it touches is spilled or
 // fetched, and blocks its captured launches name stay resident for good
 // (the graph may replay them at any time without passing through a hook).
 #include "preload/hooks.h"
@@ -27,5 +27,25 @@ TIERRT_BEGIN_CAPTURE_(cuStreamBeginCapture_v2_ptsz, ptsz)
   }
 TIERRT_END_CAPTURE_(cuStreamEndCapture, TIERRT_SAME_)
 TIERRT_END_CAPTURE_(cuStreamEndCapture_ptsz, ptsz)
+
+}  // extern "C"
+
+// Synchronisation points: what the policy learns the step's shape from.
+extern "C" {
+
+CUresult cuCtxSynchronize() {
+  CUresult r = TIERRT_REAL(cuCtxSynchronize, cuCtxSynchronize)();
+  if (Engine* e = Engine::active(); e && r == CUDA_SUCCESS) e->note_sync(nullptr, true);
+  return r;
+}
+
+#define TIERRT_STREAM_SYNC_(name, stream_of)                              \
+  CUresult name(CUstream s) {                                             \
+    CUresult r = TIERRT_REAL(name, cuStreamSynchronize)(s);               \
+    if (Engine* e = Engine::active(); e && r == CUDA_SUCCESS) e->note_sync(stream_of(s), false); \
+    return r;                                                             \
+  }
+TIERRT_STREAM_SYNC_(cuStreamSynchronize, TIERRT_SAME_)
+TIERRT_STREAM_SYNC_(cuStreamSynchronize_ptsz, ptsz)
 
 }  // extern "C"

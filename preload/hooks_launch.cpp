@@ -12,8 +12,20 @@ namespace {
 
 template <class Call>
 CUresult launch(CUfunction f, CUstream stream, void** params, void** extra, Call&& call) noexcept {
-  if (Engine* e = Engine::active()) e->note_launch();
-  return guarded_call(stream, [&](Engine& e, BlockList& b) { e.collect_launch(f, params, extra, b); }, call);
+  Engine* e = Engine::active();
+  if (!e) return call();
+  BlockList blocks;
+  e->collect_launch(f, params, extra, blocks);
+  if (blocks.empty()) {
+    CUresult r = call();
+    if (r == CUDA_SUCCESS) e->note_launch(blocks, stream);
+    return r;
+  }
+  if (CUresult r = e->before_use(blocks, stream)) return r;
+  CUresult r = call();
+  e->after_use(blocks, stream, r == CUDA_SUCCESS);
+  if (r == CUDA_SUCCESS) e->note_launch(blocks, stream);
+  return r;
 }
 
 }  // namespace

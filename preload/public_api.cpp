@@ -16,7 +16,7 @@ void tierrt_mark_step(void) {
 }
 
 void tierrt_mark_phase(tierrt_phase phase) {
-  (void)phase;  // phases reach the policy engine once it is wired in
+  if (Engine* e = Engine::active()) e->note_phase(static_cast<int>(phase));
 }
 
 int tierrt_advise(const void* ptr, tierrt_advice advice) {

@@ -67,7 +67,9 @@ alloc::Options allocator_options(const Settings& s, std::uint64_t device_total) 
 const Settings* Engine::settings_if_read() noexcept { return g_off ? nullptr : g_settings; }
 
 Engine::Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext ctx)
-    : settings_(s), alloc_(std::move(a)), ctx_(ctx) {}
+    : settings_(s), alloc_(std::move(a)), ctx_(ctx) {
+  if (!s.record.empty() || !s.trace.empty()) recorder_ = std::make_unique<Recorder>(s.record, s.trace);
+}
 
 Engine* Engine::start() noexcept {
   if (Engine* e = active()) return e;
@@ -123,6 +125,44 @@ void Engine::at_exit() noexcept {
   Engine* e = active();
   if (!e) return;
   write_stats_report(*e);
+  if (e->recorder_) e->recorder_->write();
+}
+
+void Engine::sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes) noexcept {
+  if (!recorder_ || !recorder_->samples_on()) return;
+  const alloc::Stats s = alloc_->stats();
+  recorder_->sample(kind, ptr, bytes, s.device_used, s.host_used);
+}
+
+void Engine::note_launch(const BlockList& blocks, CUstream stream) noexcept {
+  const std::uint64_t seq = launches_.fetch_add(1, std::memory_order_relaxed);
+  if (!recorder_) return;
+  if (recorder_->events_on()) {
+    std::uint64_t ids[BlockList::kMax];
+    int n = 0;
+    for (alloc::Block* b : blocks.span()) ids[n++] = b->va;
+    recorder_->launch(seq, recorder_->stream_id(stream), ids, n);
+  }
+  // Residency over time, every 256 launches: enough to draw, cheap to keep.
+  if ((seq & 255) == 0) sample(SampleKind::kLaunches, 0, 0);
+}
+
+void Engine::note_step() noexcept {
+  const std::uint64_t index = steps_.fetch_add(1, std::memory_order_relaxed);
+  if (!recorder_) return;
+  if (recorder_->events_on()) recorder_->event(policy::Event::step(index));
+  sample(SampleKind::kStep, index, 0);
+}
+
+void Engine::note_phase(int phase) noexcept {
+  if (!recorder_) return;
+  if (recorder_->events_on()) recorder_->event(policy::Event::phase(static_cast<policy::Phase>(phase)));
+  sample(SampleKind::kPhase, static_cast<std::uint64_t>(phase), 0);
+}
+
+void Engine::note_sync(CUstream stream, bool all_streams) noexcept {
+  if (recorder_ && recorder_->events_on())
+    recorder_->event(policy::Event::sync(all_streams ? policy::kAllStreams : recorder_->stream_id(stream)));
 }
 
 bool Engine::on_engine_context() const noexcept {
@@ -142,8 +182,14 @@ CUresult Engine::allocate(CUdeviceptr* out, size_t bytes, CUstream stream) noexc
   alloc::AllocFlags flags;
   flags.pass_through = captures_.capturing(stream);
   CUresult r = alloc_->allocate(out, bytes, stream, flags);
-  if (r == CUDA_SUCCESS)
-    if (alloc::Block* b = alloc_->lookup(*out)) add_live(static_cast<std::int64_t>(b->size));
+  if (r != CUDA_SUCCESS) return r;
+  if (alloc::Block* b = alloc_->lookup(*out)) {
+    add_live(static_cast<std::int64_t>(b->size));
+    if (recorder_) {
+      if (recorder_->events_on()) recorder_->event(policy::Event::alloc(b->va, b->size, recorder_->stream_id(stream)));
+      sample(SampleKind::kAlloc, b->va, b->size);
+    }
+  }
   return r;
 }
 
@@ -152,7 +198,13 @@ bool Engine::free(CUdeviceptr ptr, CUstream stream, CUresult* result) noexcept {
   alloc::Block* b = alloc_->lookup(ptr);
   size_t size = b && b->va == ptr ? b->size : 0;
   *result = alloc_->free(ptr, stream);
-  if (*result == CUDA_SUCCESS && size) add_live(-static_cast<std::int64_t>(size));
+  if (*result == CUDA_SUCCESS && size) {
+    add_live(-static_cast<std::int64_t>(size));
+    if (recorder_) {
+      if (recorder_->events_on()) recorder_->event(policy::Event::free(ptr, recorder_->stream_id(stream)));
+      sample(SampleKind::kFree, ptr, size);
+    }
+  }
   return true;
 }
 

@@ -17,6 +17,7 @@
 #include "allocator/allocator.h"
 #include "runtime/capture_tracker.h"
 #include "runtime/param_layouts.h"
+#include "runtime/recorder.h"
 #include "runtime/settings.h"
 
 namespace tierrt {
@@ -75,8 +76,12 @@ class Engine {
   // The virtual view for TIERRT_VIRTUAL_MEMINFO: device budget plus host tier.
   void virtual_meminfo(size_t* free_bytes, size_t* total_bytes) noexcept;
 
-  void note_launch() noexcept { launches_.fetch_add(1, std::memory_order_relaxed); }
-  void note_step() noexcept { steps_.fetch_add(1, std::memory_order_relaxed); }
+  // A launch went out on `stream` naming `blocks` (counted, and recorded
+  // when TIERRT_RECORD is on).
+  void note_launch(const BlockList& blocks, CUstream stream) noexcept;
+  void note_step() noexcept;
+  void note_phase(int phase) noexcept;
+  void note_sync(CUstream stream, bool all_streams) noexcept;
   std::uint64_t launches() const noexcept { return launches_.load(); }
   std::uint64_t steps() const noexcept { return steps_.load(); }
   std::uint64_t live_bytes() const noexcept { return live_bytes_.load(); }
@@ -85,6 +90,7 @@ class Engine {
  private:
   Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext ctx);
   void add_live(std::int64_t delta) noexcept;
+  void sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes) noexcept;
   static void after_fork_in_child() noexcept;
   static void at_exit() noexcept;
 
@@ -95,6 +101,7 @@ class Engine {
   CUcontext ctx_;
   ParamLayouts layouts_;
   CaptureTracker captures_;
+  std::unique_ptr<Recorder> recorder_;  // null unless TIERRT_RECORD or TIERRT_TRACE
   std::atomic<std::uint64_t> launches_{0}, steps_{0};
   std::atomic<std::uint64_t> live_bytes_{0}, peak_live_bytes_{0};
 };

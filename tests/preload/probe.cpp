@@ -3,7 +3,7 @@
 //   probe PATH [SCENARIO]
 // PATH: direct | dlsym | procaddr-11030 | procaddr-12000 | procaddr-13000 |
 //       procaddr-ptsz | cudart-like
-// SCENARIO: oversubscribe (default) | kernel | fork | exit-in-flight | off
+// SCENARIO: oversubscribe (default) | kernel | torch | fork | exit-in-flight | off
 // It allocates three times the device's memory in idle blocks, fills them,
 // reads them all back bit for bit, and asks tierrt's own stats (not its log)
 // whether its hooks carried the allocations. Exit status 0 means success.
@@ -218,6 +218,53 @@ void kernel_on_spilled_block(const Api& a) {
   std::printf("a kernel on a %s block saw its data\n", tiered ? "spilled" : "plain");
 }
 
+// PyTorch's pluggable-allocator entry points, called the way PyTorch calls
+// them: a size, a device, and the stream the memory is for.
+void torch_entry_points(const Api& a) {
+  using Malloc = void* (*)(ssize_t, int, void*);
+  using Free = void (*)(void*, ssize_t, int, void*);
+  auto tmalloc = reinterpret_cast<Malloc>(dlsym(RTLD_DEFAULT, "tierrt_torch_malloc"));
+  auto tfree = reinterpret_cast<Free>(dlsym(RTLD_DEFAULT, "tierrt_torch_free"));
+  if (!tmalloc || !tfree) fail("tierrt_torch_malloc/free are not exported");
+  CUstream s1, s2;
+  check(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  check(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  size_t free_b = 0, total = 0;
+  check(a.mem_info(&free_b, &total), "cuMemGetInfo");
+  const size_t bytes = 16u << 20;
+  const size_t n = 2 * total / bytes;  // twice the device, as a model's activations might be
+  std::vector<void*> ptrs(n);
+  std::vector<uint32_t> host(bytes / 4);
+  for (size_t i = 0; i < n; ++i) {
+    CUstream s = i % 2 ? s2 : s1;
+    ptrs[i] = tmalloc(static_cast<ssize_t>(bytes), 0, s);
+    if (!ptrs[i]) fail("tierrt_torch_malloc returned null for block " + std::to_string(i));
+    for (size_t w = 0; w < host.size(); ++w) host[w] = pattern(i, w);
+    check(cuMemcpyHtoDAsync(reinterpret_cast<CUdeviceptr>(ptrs[i]), host.data(), bytes, s), "cuMemcpyHtoDAsync");
+    check(cuStreamSynchronize(s), "cuStreamSynchronize");
+  }
+  for (size_t i = 0; i < n; ++i) verify(a, reinterpret_cast<CUdeviceptr>(ptrs[i]), bytes, i, 0);
+  // Freed on its stream, then allocated again on that stream: stream order
+  // makes the reuse safe without a host synchronisation.
+  tfree(ptrs[0], static_cast<ssize_t>(bytes), 0, s1);
+  void* again = tmalloc(static_cast<ssize_t>(bytes), 0, s1);
+  if (!again) fail("no memory after a free on the same stream");
+  check(cuMemsetD32Async(reinterpret_cast<CUdeviceptr>(again), 7u, bytes / 4, s1), "cuMemsetD32Async");
+  check(cuStreamSynchronize(s1), "cuStreamSynchronize");
+  uint32_t word = 0;
+  check(a.dtoh(&word, reinterpret_cast<CUdeviceptr>(again) + bytes - 4, 4), "cuMemcpyDtoH");
+  if (word != 7u) fail("the reused block does not hold what was written to it");
+  tfree(again, static_cast<ssize_t>(bytes), 0, s1);
+  for (size_t i = 1; i < n; ++i) tfree(ptrs[i], static_cast<ssize_t>(bytes), 0, i % 2 ? s2 : s1);
+  tierrt_stats st{};
+  if (!tierrt_stats_now(&st) || st.allocations < n + 1 || st.spills == 0)
+    fail("tierrt did not carry the pluggable allocator's blocks");
+  check(cuStreamDestroy(s1), "cuStreamDestroy");
+  check(cuStreamDestroy(s2), "cuStreamDestroy");
+  std::printf("pluggable allocator: %zu x %zu MiB over two streams on a %zu MiB device, data intact\n", n,
+              bytes >> 20, total >> 20);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -235,6 +282,8 @@ int main(int argc, char** argv) {
     oversubscribe(a, true);
   } else if (scenario == "off") {
     oversubscribe(a, false);
+  } else if (scenario == "torch") {
+    torch_entry_points(a);
   } else if (scenario == "kernel") {
     kernel_on_spilled_block(a);
   } else if (scenario == "fork") {

@@ -1,0 +1,114 @@
+#include "runtime/recorder.h"
+
+#include <sys/mman.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "policies/trace_file.hpp"
+#include "runtime/log.h"
+
+namespace tierrt {
+
+namespace {
+
+template <class T>
+T* reserve(std::uint64_t count) {
+  void* p = mmap(nullptr, count * sizeof(T), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                 -1, 0);
+  return p == MAP_FAILED ? nullptr : static_cast<T*>(p);
+}
+
+std::uint64_t steady_ns() {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+constexpr const char* kSampleNames[] = {"alloc", "free", "step", "phase", "launches"};
+
+}  // namespace
+
+Recorder::Recorder(const std::string& events_path, const std::string& trace_path)
+    : events_path_(events_path), trace_path_(trace_path), start_ns_(steady_ns()) {
+  if (!events_path_.empty() && !(events_ = reserve<policy::Event>(kMaxEvents)))
+    TIERRT_LOG(kError, "cannot reserve memory for TIERRT_RECORD; not recording");
+  if (!trace_path_.empty() && !(samples_ = reserve<ResidencySample>(kMaxSamples)))
+    TIERRT_LOG(kError, "cannot reserve memory for TIERRT_TRACE; not tracing");
+}
+
+std::uint64_t Recorder::now_ns() const noexcept { return steady_ns() - start_ns_; }
+
+void Recorder::event(const policy::Event& e) noexcept {
+  std::uint64_t i = n_events_.fetch_add(1, std::memory_order_relaxed);
+  if (i < kMaxEvents) events_[i] = e;
+}
+
+void Recorder::launch(policy::LaunchSeq seq, policy::StreamId stream, const std::uint64_t* blocks, int n) noexcept {
+  const std::uint64_t now = now_ns();
+  const std::uint64_t i = n_events_.fetch_add(static_cast<std::uint64_t>(n) + 1, std::memory_order_relaxed);
+  const std::uint64_t prev = last_launch_index_.exchange(i, std::memory_order_relaxed);
+  const std::uint64_t prev_ns = last_launch_ns_.exchange(now, std::memory_order_relaxed);
+  if (prev < kMaxEvents) events_[prev].b = now - prev_ns;
+  if (i < kMaxEvents) events_[i] = policy::Event::launch(seq, 0, stream);
+  for (int k = 0; k < n; ++k)
+    if (i + 1 + k < kMaxEvents) events_[i + 1 + k] = policy::Event::use(blocks[k], seq, stream);
+}
+
+void Recorder::sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes, std::uint64_t device_used,
+                      std::uint64_t host_used) noexcept {
+  std::uint64_t i = n_samples_.fetch_add(1, std::memory_order_relaxed);
+  if (i < kMaxSamples) samples_[i] = ResidencySample{now_ns(), static_cast<std::uint8_t>(kind), ptr, bytes, device_used, host_used};
+}
+
+policy::StreamId Recorder::stream_id(CUstream s) noexcept {
+  if (s == nullptr || s == CU_STREAM_LEGACY) return 0;
+  for (policy::StreamId i = 0; i < 255; ++i) {
+    CUstream cur = streams_[i].load(std::memory_order_acquire);
+    if (cur == s) return i + 1;
+    if (cur == nullptr && streams_[i].compare_exchange_strong(cur, s)) return i + 1;
+    if (cur == s) return i + 1;
+  }
+  return 256;  // more streams than ids: they share one
+}
+
+bool Recorder::write() noexcept {
+  bool ok = true;
+  if (events_) {
+    std::uint64_t n = std::min(n_events_.load(), kMaxEvents);
+    if (n_events_.load() > kMaxEvents)
+      TIERRT_LOG(kWarn, "TIERRT_RECORD kept the first %llu events of %llu", static_cast<unsigned long long>(n),
+                 static_cast<unsigned long long>(n_events_.load()));
+    try {
+      policy::write_trace_file(events_path_, policy::Trace(events_, events_ + n));
+    } catch (const std::exception& e) {
+      TIERRT_LOG(kError, "TIERRT_RECORD: %s", e.what());
+      ok = false;
+    }
+  }
+  if (samples_) {
+    FILE* f = std::fopen(trace_path_.c_str(), "w");
+    if (!f) {
+      TIERRT_LOG(kError, "cannot write TIERRT_TRACE=\"%s\"", trace_path_.c_str());
+      return false;
+    }
+    std::uint64_t n = std::min(n_samples_.load(), kMaxSamples);
+    std::fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
+    std::fprintf(f, "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"tierrt\"}}");
+    for (std::uint64_t i = 0; i < n; ++i) {
+      const ResidencySample& s = samples_[i];
+      double us = static_cast<double>(s.ns) / 1e3;
+      std::fprintf(f, ",\n{\"ph\":\"C\",\"pid\":1,\"name\":\"memory (MiB)\",\"ts\":%.3f,\"args\":{\"device\":%.3f,\"host\":%.3f}}",
+                   us, static_cast<double>(s.device_used) / 1048576.0, static_cast<double>(s.host_used) / 1048576.0);
+      if (s.kind != static_cast<std::uint8_t>(SampleKind::kLaunches))
+        std::fprintf(f, ",\n{\"ph\":\"i\",\"s\":\"p\",\"pid\":1,\"tid\":1,\"name\":\"%s\",\"ts\":%.3f,\"args\":{\"ptr\":\"0x%llx\",\"bytes\":%llu}}",
+                     kSampleNames[s.kind], us, static_cast<unsigned long long>(s.ptr),
+                     static_cast<unsigned long long>(s.bytes));
+    }
+    std::fprintf(f, "\n]}\n");
+    ok = std::fclose(f) == 0 && ok;
+  }
+  return ok;
+}
+
+}  // namespace tierrt

@@ -1,0 +1,60 @@
+// What tierrt observes, kept for after the run: the policy event stream
+// (TIERRT_RECORD, in the trace format tierrt-replay reads) and residency
+// samples over time (TIERRT_TRACE, a Chrome / Perfetto JSON trace).
+//
+// Both buffers are reserved up front (pages are touched only as they fill),
+// so recording on the launch path is an atomic increment and a store.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "policies/event.hpp"
+
+namespace tierrt {
+
+struct ResidencySample {
+  std::uint64_t ns;            // since the recorder started
+  std::uint8_t kind;           // SampleKind
+  std::uint64_t ptr, bytes;
+  std::uint64_t device_used, host_used;
+};
+
+enum class SampleKind : std::uint8_t { kAlloc, kFree, kStep, kPhase, kLaunches };
+
+class Recorder {
+ public:
+  // Either path may be empty (that half stays off).
+  Recorder(const std::string& events_path, const std::string& trace_path);
+  bool events_on() const noexcept { return events_ != nullptr; }
+  bool samples_on() const noexcept { return samples_ != nullptr; }
+
+  void event(const policy::Event& e) noexcept;
+  // A launch and the blocks it named. The launch's duration field is filled
+  // in when the next launch arrives (time between launches, as measured).
+  void launch(policy::LaunchSeq seq, policy::StreamId stream, const std::uint64_t* blocks, int n) noexcept;
+  void sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes, std::uint64_t device_used,
+              std::uint64_t host_used) noexcept;
+  // Small stable ids for streams, as the event format wants them.
+  policy::StreamId stream_id(CUstream s) noexcept;
+  std::uint64_t now_ns() const noexcept;
+
+  // Writes both files; returns false (after logging one line each) on failure.
+  bool write() noexcept;
+
+ private:
+  static constexpr std::uint64_t kMaxEvents = 1ull << 23;   // 192 MiB of address space
+  static constexpr std::uint64_t kMaxSamples = 1ull << 20;  // 48 MiB
+  std::string events_path_, trace_path_;
+  policy::Event* events_ = nullptr;
+  ResidencySample* samples_ = nullptr;
+  std::atomic<std::uint64_t> n_events_{0}, n_samples_{0};
+  std::atomic<std::uint64_t> last_launch_index_{UINT64_MAX}, last_launch_ns_{0};
+  std::atomic<CUstream> streams_[255] = {};
+  std::uint64_t start_ns_ = 0;
+};
+
+}  // namespace tierrt

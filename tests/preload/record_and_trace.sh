@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# TIERRT_RECORD and TIERRT_TRACE: a run leaves an event stream tierrt-replay
+# reads back and a Chrome trace that parses, both naming what happened.
+# Usage: record_and_trace.sh PROBE TIERRT_REPLAY
+set -euo pipefail
+probe=$1 replay=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+TIERRT_RECORD="$dir/run.trace" TIERRT_TRACE="$dir/run.json" "$probe" direct oversubscribe >/dev/null
+python3 - "$dir/run.json" <<'PY'
+import json, sys
+events = json.load(open(sys.argv[1]))["traceEvents"]
+counters = [e for e in events if e.get("ph") == "C"]
+allocs = [e for e in events if e.get("name") == "alloc"]
+frees = [e for e in events if e.get("name") == "free"]
+assert counters and allocs and frees, "trace lacks counters, allocs or frees"
+assert max(c["args"]["host"] for c in counters) > 0, "the trace never shows memory on the host tier"
+print(f"trace: {len(counters)} residency samples, {len(allocs)} allocs, {len(frees)} frees")
+PY
+out=$("$replay" replay --trace "$dir/run.trace" --policies none)
+grep -q "(recorded)" <<<"$out" || { echo "tierrt-replay did not read the recording"; exit 1; }
+echo "record: replayed by tierrt-replay"
+# A truncated recording is refused with one line, not replayed.
+head -c 40 "$dir/run.trace" >"$dir/cut.trace"
+if "$replay" replay --trace "$dir/cut.trace" --policies none 2>"$dir/err"; then
+  echo "a truncated recording was accepted"; exit 1
+fi
+[[ $(wc -l <"$dir/err") -eq 1 ]] || { echo "the refusal is not one line:"; cat "$dir/err"; exit 1; }
+echo "truncated recording refused: $(cat "$dir/err")"
