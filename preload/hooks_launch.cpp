@@ -4,6 +4,7 @@
 // its use is recorded. No allocation, no logging, no lock across the call.
 #include "preload/hooks.h"
 #include "preload/hook_guard.h"
+#include "preload/launch_path.h"
 
 using namespace tierrt;
 using namespace tierrt::preload;
@@ -12,20 +13,7 @@ namespace {
 
 template <class Call>
 CUresult launch(CUfunction f, CUstream stream, void** params, void** extra, Call&& call) noexcept {
-  Engine* e = Engine::active();
-  if (!e) return call();
-  BlockList blocks;
-  e->collect_launch(f, params, extra, blocks);
-  if (blocks.empty()) {
-    CUresult r = call();
-    if (r == CUDA_SUCCESS) e->note_launch(blocks, stream);
-    return r;
-  }
-  if (CUresult r = e->before_use(blocks, stream)) return r;
-  CUresult r = call();
-  e->after_use(blocks, stream, r == CUDA_SUCCESS);
-  if (r == CUDA_SUCCESS) e->note_launch(blocks, stream);
-  return r;
+  return launch_through(Engine::active(), f, stream, params, extra, call);
 }
 
 }  // namespace
