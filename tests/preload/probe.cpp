@@ -3,7 +3,7 @@
 //   probe PATH [SCENARIO]
 // PATH: direct | dlsym | procaddr-11030 | procaddr-12000 | procaddr-13000 |
 //       procaddr-ptsz | cudart-like
-// SCENARIO: oversubscribe (default) | kernel | torch | fork | exit-in-flight | off
+// SCENARIO: oversubscribe (default) | kernel | capture | torch | fork | exit-in-flight | off
 // It allocates three times the device's memory in idle blocks, fills them,
 // reads them all back bit for bit, and asks tierrt's own stats (not its log)
 // whether its hooks carried the allocations. Exit status 0 means success.
@@ -218,6 +218,52 @@ void kernel_on_spilled_block(const Api& a) {
   std::printf("a kernel on a %s block saw its data\n", tiered ? "spilled" : "plain");
 }
 
+// A block a captured graph names stays resident: the graph's replays never
+// pass through a hook, so nothing may move the block under them.
+void captured_graph_keeps_block_resident(const Api& a) {
+  const size_t sizes[] = {sizeof(uint32_t*), sizeof(size_t)};
+  simdev_kernel_desc d{"tierrt_probe_add_one", &add_one_kernel, 2, sizes, nullptr, 0};
+  if (simdev_try_register_kernel(&d) != 0) fail("this scenario runs on simdev only");
+  CUmodule m;
+  CUfunction f;
+  check(a.load_module(&m, "simdev host kernels"), "cuModuleLoadData");
+  check(a.get_function(&f, m, "tierrt_probe_add_one"), "cuModuleGetFunction");
+  const size_t bytes = 8u << 20;
+  CUdeviceptr p;
+  check(a.alloc(&p, bytes), "cuMemAlloc");
+  fill(a, p, bytes, 5);
+  CUstream s;
+  check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  size_t n = bytes / 4;
+  void* params[] = {&p, &n};
+  check(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL), "cuStreamBeginCapture");
+  check(a.launch(f, 1, 1, 1, 1, 1, 1, 0, s, params, nullptr), "cuLaunchKernel under capture");
+  CUgraph g;
+  CUgraphExec exec;
+  check(cuStreamEndCapture(s, &g), "cuStreamEndCapture");
+  check(cuGraphInstantiate(&exec, g, 0), "cuGraphInstantiate");
+  // Press on device memory: everything idle may spill, the captured block not.
+  size_t free_b = 0, total = 0;
+  check(a.mem_info(&free_b, &total), "cuMemGetInfo");
+  std::vector<CUdeviceptr> others(2 * total / (16u << 20));
+  for (size_t i = 0; i < others.size(); ++i) {
+    check(a.alloc(&others[i], 16u << 20), "cuMemAlloc (pressure)");
+    fill(a, others[i], 16u << 20, 100 + i);
+  }
+  if (tierrt_advise_now(p, TIERRT_ADVISE_SPILL) == 0) fail("tierrt agreed to spill a block a graph names");
+  check(cuGraphLaunch(exec, s), "cuGraphLaunch");
+  check(cuGraphLaunch(exec, s), "cuGraphLaunch");
+  check(cuStreamSynchronize(s), "cuStreamSynchronize");
+  verify(a, p, bytes, 5, 2);
+  for (size_t i = 0; i < others.size(); ++i) verify(a, others[i], 16u << 20, 100 + i, 0);
+  tierrt_stats st{};
+  if (!tierrt_stats_now(&st) || st.spills == 0) fail("the pressure did not make tierrt spill anything");
+  check(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+  check(cuGraphDestroy(g), "cuGraphDestroy");
+  std::printf("captured graph replayed twice on its resident block while %llu others spilled\n",
+              static_cast<unsigned long long>(st.spills));
+}
+
 // PyTorch's pluggable-allocator entry points, called the way PyTorch calls
 // them: a size, a device, and the stream the memory is for.
 void torch_entry_points(const Api& a) {
@@ -282,6 +328,8 @@ int main(int argc, char** argv) {
     oversubscribe(a, true);
   } else if (scenario == "off") {
     oversubscribe(a, false);
+  } else if (scenario == "capture") {
+    captured_graph_keeps_block_resident(a);
   } else if (scenario == "torch") {
     torch_entry_points(a);
   } else if (scenario == "kernel") {

@@ -86,6 +86,18 @@ static inline int simdev_try_register_kernel(const simdev_kernel_desc* desc) {
   return fn ? fn(desc) : -1;
 }
 
+/* Fault injection when simdev is present; -1 otherwise. */
+static inline int simdev_try_inject_fault(const char* name, unsigned long long nth, int error) {
+  int (*fn)(const char*, unsigned long long, int) =
+      (int (*)(const char*, unsigned long long, int))simdev_lookup_("simdev_inject_fault");
+  return fn ? fn(name, nth, error) : -1;
+}
+
+static inline void simdev_try_clear_faults(void) {
+  void (*fn)(void) = (void (*)(void))simdev_lookup_("simdev_clear_faults");
+  if (fn) fn();
+}
+
 #ifdef __cplusplus
 }
 #endif
