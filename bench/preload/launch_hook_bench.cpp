@@ -67,46 +67,26 @@ void launch_args(size_t n, CUdeviceptr (&ptrs)[8], void* (&params)[8]) {
   }
 }
 
-void BM_LaunchDirect(benchmark::State& st) {
+// Launches `st` times with 8 block pointers; `hooked` goes through tierrt's
+// launch path, `launch_too` false leaves out the driver's own launch (what
+// is then left is the work tierrt adds: lookups, residency, use recording).
+void run_launches(benchmark::State& st, bool hooked, bool launch_too) {
   const Setup& s = setup();
   CUdeviceptr ptrs[8];
   void* params[8];
   launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
   auto real = tierrt::drv::table().cuLaunchKernel;
+  auto call = [&] { return launch_too ? real(s.f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr) : CUDA_SUCCESS; };
   for (auto _ : st) {
-    if (real(s.f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr)) std::abort();
-  }
-  cuCtxSynchronize();
-}
-
-void BM_LaunchThroughHook(benchmark::State& st) {
-  const Setup& s = setup();
-  CUdeviceptr ptrs[8];
-  void* params[8];
-  launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
-  auto real = tierrt::drv::table().cuLaunchKernel;
-  for (auto _ : st) {
-    CUresult r = tierrt::preload::launch_through(s.engine, s.f, nullptr, params, nullptr, [&] {
-      return real(s.f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
-    });
+    CUresult r = hooked ? tierrt::preload::launch_through(s.engine, s.f, nullptr, params, nullptr, call) : call();
     if (r) std::abort();
   }
   cuCtxSynchronize();
 }
 
-// The hook's own work alone (lookups, residency, use recording), without
-// the driver's launch: what a launch pays on top of the driver.
-void BM_HookWorkOnly(benchmark::State& st) {
-  const Setup& s = setup();
-  CUdeviceptr ptrs[8];
-  void* params[8];
-  launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
-  for (auto _ : st) {
-    CUresult r = tierrt::preload::launch_through(s.engine, s.f, nullptr, params, nullptr, [] { return CUDA_SUCCESS; });
-    if (r) std::abort();
-  }
-  cuCtxSynchronize();
-}
+void BM_LaunchDirect(benchmark::State& st) { run_launches(st, false, true); }
+void BM_LaunchThroughHook(benchmark::State& st) { run_launches(st, true, true); }
+void BM_HookWorkOnly(benchmark::State& st) { run_launches(st, true, false); }
 
 // Just finding the 8 blocks (the part that runs on every launch, even when
 // every block is resident and nothing else is needed).

@@ -9,16 +9,18 @@ namespace {
 
 constexpr int kLeastPriority = 0, kGreatestPriority = -5;
 
+// Waiting on or querying a capturing stream is refused and ends the capture.
+CUresult refuse_if_capturing(Stream& s) {
+  std::lock_guard c(s.capture_mu);
+  if (s.capture.status != CU_STREAM_CAPTURE_STATUS_ACTIVE) return CUDA_SUCCESS;
+  s.capture.status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
+  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+}
+
 CUresult stream_sync(Context* ctx, CUstream h, bool ptsz) {
   StreamPtr s;
   if (CUresult e = resolve_stream(h, ptsz, ctx, &s)) return e;
-  {
-    std::lock_guard c(s->capture_mu);
-    if (s->capture.status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
-      s->capture.status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
-      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    }
-  }
+  if (CUresult e = refuse_if_capturing(*s)) return e;
   s->wait(s->submitted());
   return static_cast<CUresult>(state().sticky.load());
 }
@@ -26,13 +28,7 @@ CUresult stream_sync(Context* ctx, CUstream h, bool ptsz) {
 CUresult stream_query(Context* ctx, CUstream h, bool ptsz) {
   StreamPtr s;
   if (CUresult e = resolve_stream(h, ptsz, ctx, &s)) return e;
-  {
-    std::lock_guard c(s->capture_mu);
-    if (s->capture.status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
-      s->capture.status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
-      return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    }
-  }
+  if (CUresult e = refuse_if_capturing(*s)) return e;
   if (int e = state().sticky.load()) return static_cast<CUresult>(e);
   return s->reached(s->submitted()) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }

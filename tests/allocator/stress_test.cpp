@@ -2,6 +2,8 @@
 // total, every block's checksum verified after every cycle) and many threads
 // allocating, freeing, spilling and fetching at once.
 #include <atomic>
+#include <mutex>
+#include <string>
 #include <random>
 #include <thread>
 
@@ -22,8 +24,22 @@ std::size_t random_size(std::mt19937_64& rng) {
 
 struct Tracked {
   Block* b = nullptr;
-  std::uint64_t sum = 0;  // checksum of what the block must hold
+  std::uint64_t sum = 0;       // checksum of what the block must hold
+  CUstream writer = nullptr;   // the stream of the last write
 };
+
+// What any application does before using data on another stream than the
+// one that wrote it. (tierrt adds no ordering between the application's
+// streams: without it, reading there would race too.)
+void order_after_writer(Tracked& t, CUstream s) {
+  if (s == t.writer) return;
+  CUevent e;
+  ASSERT_EQ(cuEventCreate(&e, CU_EVENT_DISABLE_TIMING), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventRecord(e, t.writer), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamWaitEvent(s, e, 0), CUDA_SUCCESS);
+  ASSERT_EQ(cuEventDestroy(e), CUDA_SUCCESS);
+  t.writer = s;
+}
 
 std::uint64_t pattern_sum(std::size_t n, std::uint64_t seed) {
   const auto v = expected(n, seed);
@@ -49,6 +65,8 @@ TEST_P(Stress, RandomSpillFetchCyclesKeepEveryByte) {
   std::vector<Tracked> blocks(160);
   std::uint64_t seed = 1;
   auto refill = [&](Tracked& t, CUstream s) {
+    order_after_writer(t, s);
+    t.writer = s;
     ++seed;
     ASSERT_EQ(fill(*a, t.b, s, seed), CUDA_SUCCESS);
     t.sum = pattern_sum(t.b->size, seed);
@@ -73,6 +91,7 @@ TEST_P(Stress, RandomSpillFetchCyclesKeepEveryByte) {
       Tracked& t = blocks[k];
       if (rng() % 8 == 0) {  // sometimes a new block (size, stream) from the cache
         CUstream s = stream();
+        order_after_writer(t, s);
         CU_OK(a->free(t.b->va, s));
         CUdeviceptr p = 0;
         CU_OK(a->allocate(&p, random_size(rng), s));
@@ -91,7 +110,9 @@ TEST_P(Stress, RandomSpillFetchCyclesKeepEveryByte) {
     if (rng() % 16 == 0) {
       // Use some right away: the spill is aborted or demand-fetched.
       Tracked& t = blocks[batch[0]];
-      CU_OK(read(*a, t.b, &buf, stream()));
+      CUstream s = stream();
+      order_after_writer(t, s);
+      CU_OK(read(*a, t.b, &buf, s));
       ASSERT_EQ(checksum(buf.data(), buf.size()), t.sum);
     }
     a->drain();
@@ -100,6 +121,7 @@ TEST_P(Stress, RandomSpillFetchCyclesKeepEveryByte) {
       const State st = t.b->st();
       ASSERT_TRUE(st == State::Spilled || st == State::Resident) << state_name(st);
       CUstream s = stream();
+      order_after_writer(t, s);
       if (rng() % 2) CU_OK(a->prefetch(t.b, s));
       CU_OK(read(*a, t.b, &buf, s));
       ASSERT_EQ(checksum(buf.data(), buf.size()), t.sum) << "block " << k << " cycle " << cycles;
@@ -132,6 +154,13 @@ TEST_P(Threads, ManyThreadsAllocateFreeSpillAndFetch) {
   constexpr int kThreads = 8, kSlots = 12;
   std::atomic<Block*> shared[kThreads * kSlots] = {};
   std::atomic<long> failures{0}, ops{0};
+  std::mutex why_mu;
+  std::vector<std::string> why;
+  auto fail = [&](const char* what, CUresult r) {
+    failures++;
+    std::lock_guard<std::mutex> g(why_mu);
+    why.push_back(std::string(what) + ": " + drv::result_name(r));
+  };
   std::vector<std::thread> ts;
   for (int t = 0; t < kThreads; ++t)
     ts.emplace_back([&, t] {
@@ -152,24 +181,27 @@ TEST_P(Threads, ManyThreadsAllocateFreeSpillAndFetch) {
         if (m.b == nullptr) {
           CUdeviceptr p = 0;
           const std::size_t n = rng() % 4 == 0 ? 100 + rng() % 4000 : 64 * KiB + rng() % (6 * MiB);
-          if (a->allocate(&p, n, s) != CUDA_SUCCESS) { failures++; continue; }
+          if (CUresult r = a->allocate(&p, n, s); r != CUDA_SUCCESS) {
+            fail("allocate", r);
+            continue;
+          }
           m.b = a->lookup(p);
           if (m.b == nullptr) {  // a small slab allocation: just free it later
             if (a->free(p, s) != CUDA_SUCCESS) failures++;
             continue;
           }
           ++seed;
-          if (fill(*a, m.b, s, seed) != CUDA_SUCCESS) failures++;
+          if (CUresult r = fill(*a, m.b, s, seed); r != CUDA_SUCCESS) fail("fill new", r);
           m.sum = pattern_sum(n, seed);
           shared[t * kSlots + k].store(m.b);
         } else if (op < 3) {
-          if (read(*a, m.b, &buf, s) != CUDA_SUCCESS) failures++;
-          else if (checksum(buf.data(), buf.size()) != m.sum) failures++;
+          if (CUresult r = read(*a, m.b, &buf, s); r != CUDA_SUCCESS) fail("read", r);
+          else if (checksum(buf.data(), buf.size()) != m.sum) fail("checksum", CUDA_SUCCESS);
         } else if (op < 4) {
           shared[t * kSlots + k].store(nullptr);
-          if (read(*a, m.b, &buf, s) != CUDA_SUCCESS || checksum(buf.data(), buf.size()) != m.sum)
-            failures++;
-          if (a->free(m.b->va, s) != CUDA_SUCCESS) failures++;
+          if (CUresult r = read(*a, m.b, &buf, s); r != CUDA_SUCCESS) fail("read before free", r);
+          else if (checksum(buf.data(), buf.size()) != m.sum) fail("checksum before free", CUDA_SUCCESS);
+          if (CUresult r = a->free(m.b->va, s); r != CUDA_SUCCESS) fail("free", r);
           m.b = nullptr;
         } else if (op < 7) {
           // Spill anybody's block (it may be in use, moving or even freed).
@@ -178,7 +210,7 @@ TEST_P(Threads, ManyThreadsAllocateFreeSpillAndFetch) {
           if (Block* v = shared[rng() % (kThreads * kSlots)].load()) (void)a->prefetch(v, s);
         } else {
           ++seed;
-          if (fill(*a, m.b, s, seed) != CUDA_SUCCESS) failures++;
+          if (CUresult r = fill(*a, m.b, s, seed); r != CUDA_SUCCESS) fail("refill", r);
           m.sum = pattern_sum(m.b->size, seed);
         }
         ops++;
@@ -187,15 +219,15 @@ TEST_P(Threads, ManyThreadsAllocateFreeSpillAndFetch) {
         Tracked& m = mine[k];
         if (m.b == nullptr) continue;
         shared[t * kSlots + k].store(nullptr);
-        if (read(*a, m.b, &buf, s) != CUDA_SUCCESS || checksum(buf.data(), buf.size()) != m.sum)
-          failures++;
-        if (a->free(m.b->va, s) != CUDA_SUCCESS) failures++;
+        if (CUresult r = read(*a, m.b, &buf, s); r != CUDA_SUCCESS) fail("final read", r);
+        else if (checksum(buf.data(), buf.size()) != m.sum) fail("final checksum", CUDA_SUCCESS);
+        if (CUresult r = a->free(m.b->va, s); r != CUDA_SUCCESS) fail("final free", r);
       }
       if (cuStreamSynchronize(s) != CUDA_SUCCESS) failures++;
       cuStreamDestroy(s);
     });
   for (auto& t : ts) t.join();
-  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(failures.load(), 0) << ::testing::PrintToString(why);
   EXPECT_GT(ops.load(), 0);
   a->drain();
   const Stats st = a->stats();

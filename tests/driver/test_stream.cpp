@@ -95,6 +95,7 @@ TEST_F(DriverTest, StreamWaitEventOrdersWorkAcrossStreams) {
   PinnedBuffer host(n * 4);
   ASSERT_CU(host.status());
   ASSERT_CU(cuMemsetD32(d.ptr(), 100u, n));
+  ASSERT_CU(cuCtxSynchronize());  // non-blocking streams don't wait for the NULL stream
 
   // The producer is held, then writes 1; the consumer adds one after it.
   Gate gate;
@@ -172,6 +173,8 @@ TEST_F(DriverTest, DestroyingAStreamWithPendingWorkLetsTheWorkFinish) {
   DeviceBuffer d(4096);
   ASSERT_CU(d.status());
   ASSERT_CU(cuMemsetD8(d.ptr(), 0, 4096));
+  // The memset is asynchronous and a non-blocking stream does not wait for it.
+  ASSERT_CU(cuCtxSynchronize());
   Gate gate;
   CUstream s = nullptr;
   ASSERT_CU(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
@@ -348,6 +351,7 @@ TEST_F(DriverTest, CapturedWorkDoesNotRun) {
   DeviceBuffer d(4096);
   ASSERT_CU(d.status());
   ASSERT_CU(cuMemsetD32(d.ptr(), 1u, 1024));
+  ASSERT_CU(cuCtxSynchronize());  // non-blocking streams don't wait for the NULL stream
   ASSERT_CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
   ASSERT_CU(cuMemsetD32Async(d.ptr(), 2u, 1024, s));
   ASSERT_CU(contract::add_one_u32(kernels(), s, d.ptr(), 1024));

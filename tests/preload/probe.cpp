@@ -189,7 +189,8 @@ void oversubscribe(const Api& a, bool expect_tierrt) {
               static_cast<unsigned long long>(s.fetches));
 }
 
-void kernel_on_spilled_block(const Api& a) {
+// add_one(uint32_t* p, size_t n), found the way a GPU program finds kernels.
+CUfunction add_one_function(const Api& a) {
   const size_t sizes[] = {sizeof(uint32_t*), sizeof(size_t)};
   simdev_kernel_desc d{"tierrt_probe_add_one", &add_one_kernel, 2, sizes, nullptr, 0};
   if (simdev_try_register_kernel(&d) != 0) fail("this scenario runs on simdev only");
@@ -197,6 +198,11 @@ void kernel_on_spilled_block(const Api& a) {
   CUfunction f;
   check(a.load_module(&m, "simdev host kernels"), "cuModuleLoadData");
   check(a.get_function(&f, m, "tierrt_probe_add_one"), "cuModuleGetFunction");
+  return f;
+}
+
+void kernel_on_spilled_block(const Api& a) {
+  CUfunction f = add_one_function(a);
   const size_t bytes = 16u << 20;
   CUdeviceptr p;
   check(a.alloc(&p, bytes), "cuMemAlloc");
@@ -221,13 +227,7 @@ void kernel_on_spilled_block(const Api& a) {
 // A block a captured graph names stays resident: the graph's replays never
 // pass through a hook, so nothing may move the block under them.
 void captured_graph_keeps_block_resident(const Api& a) {
-  const size_t sizes[] = {sizeof(uint32_t*), sizeof(size_t)};
-  simdev_kernel_desc d{"tierrt_probe_add_one", &add_one_kernel, 2, sizes, nullptr, 0};
-  if (simdev_try_register_kernel(&d) != 0) fail("this scenario runs on simdev only");
-  CUmodule m;
-  CUfunction f;
-  check(a.load_module(&m, "simdev host kernels"), "cuModuleLoadData");
-  check(a.get_function(&f, m, "tierrt_probe_add_one"), "cuModuleGetFunction");
+  CUfunction f = add_one_function(a);
   const size_t bytes = 8u << 20;
   CUdeviceptr p;
   check(a.alloc(&p, bytes), "cuMemAlloc");

@@ -1,0 +1,56 @@
+// The lower bound on hand-built steps where the answer can be worked out on paper.
+#include <gtest/gtest.h>
+
+#include "policies/lower_bound.hpp"
+#include "policies/trace_steps.hpp"
+
+namespace tierrt::policy {
+namespace {
+
+constexpr std::uint64_t kMB = 1'000'000;
+const LinkModel kLink{"1GB/s", 1e9, 1e9};  // 1 MB per ms each way
+
+// A: 100 MB written by launch 0, read again by launch 3; B: 100 MB allocated for
+// launch 1 only. Every launch takes 10 ms.
+StepTimeline two_blocks() {
+  Trace t{Event::step(0), Event::alloc(1, 100 * kMB)};
+  for (LaunchSeq i = 0; i < 4; ++i) {
+    if (i == 1) t.push_back(Event::alloc(2, 100 * kMB));
+    t.push_back(Event::launch(i, 10'000'000));
+    if (i == 0 || i == 3) t.push_back(Event::use(1, i));
+    if (i == 1) t.push_back(Event::use(2, i)), t.push_back(Event::free(2));
+  }
+  t.push_back(Event::free(1));
+  return analyse_trace(t).steps.at(0);
+}
+
+TEST(LowerBound, NoExcessNoStall) {
+  const auto tl = two_blocks();
+  const auto lb = lower_bound(tl, 200 * kMB, kLink);
+  EXPECT_TRUE(lb.feasible);
+  EXPECT_DOUBLE_EQ(lb.compute_ns, 40e6);
+  EXPECT_DOUBLE_EQ(lb.stall_ns, 0);
+}
+
+TEST(LowerBound, OutboundCopyThatCannotHide) {
+  // At 150 MB, 50 MB of A must be gone before launch 1 starts (t = 10 ms): the D2H
+  // takes 50 ms, so at least 40 ms of stall; bringing 50 MB back later is free.
+  const auto lb = lower_bound(two_blocks(), 150 * kMB, kLink);
+  EXPECT_TRUE(lb.feasible);
+  EXPECT_NEAR(lb.stall_ns, 40e6, 1);
+}
+
+TEST(LowerBound, ReturnCopyThatCannotHide) {
+  // Slow H2D only: the 50 MB off at launch 1 must be back by launch 3, 20 ms later,
+  // and takes 100 ms at 0.5 GB/s: at least 80 ms of stall.
+  const LinkModel slow_back{"asym", 0.5e9, 100e9};
+  const auto lb = lower_bound(two_blocks(), 150 * kMB, slow_back);
+  EXPECT_NEAR(lb.stall_ns, 80e6, 1);
+}
+
+TEST(LowerBound, BudgetBelowOneLaunchIsInfeasible) {
+  EXPECT_FALSE(lower_bound(two_blocks(), 90 * kMB, kLink).feasible);
+}
+
+}  // namespace
+}  // namespace tierrt::policy

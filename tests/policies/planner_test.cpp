@@ -1,0 +1,226 @@
+// The planner in the step model: the budget holds, it beats the baselines on the
+// acceptance configuration, it tells a deviating step apart, and its feedback loop
+// moves late prefetches earlier.
+#include <gtest/gtest.h>
+
+#include "policies/baseline_policies.hpp"
+#include "policies/planner.hpp"
+#include "policies/planner_policy.hpp"
+#include "policies/policy_comparison.hpp"
+#include "policies/replay.hpp"
+#include "policies/trace_steps.hpp"
+#include "policies/transformer_synth.hpp"
+#include "test_models.hpp"
+
+namespace tierrt::policy {
+namespace {
+
+const PolicyFigures& figures(const Comparison& c, const std::string& name) {
+  for (const auto& p : c.policies)
+    if (p.name == name) return p;
+  throw std::runtime_error("no policy " + name);
+}
+
+struct BudgetCase {
+  const char* link;
+  double fraction;
+  bool moe;
+};
+
+class PlanHoldsBudget : public ::testing::TestWithParam<BudgetCase> {};
+
+TEST_P(PlanHoldsBudget, EveryBoundedPolicyStaysWithinTheBudget) {
+  const auto& p = GetParam();
+  const auto a = analyse_trace(synthesize(test::tiny_options(p.moe ? test::tiny_moe() : test::tiny_dense())));
+  BudgetChoice b;
+  b.offload_fraction = p.fraction;
+  const auto c = compare_policies(a.steps, policy_names(), parse_link(p.link), b, false);
+  EXPECT_LT(c.budget, c.peak_without_offload);
+  for (const auto& f : c.policies) {
+    if (f.name == "none") continue;
+    if (f.steady.over_budget_bytes > 0) {
+      EXPECT_EQ(f.steady.peak_bytes, c.budget + f.steady.over_budget_bytes) << f.name;
+    } else {
+      EXPECT_LE(f.steady.peak_bytes, c.budget) << f.name;
+    }
+    // Whatever a plan leaves over, the safe reactive fallback must make fit.
+    EXPECT_EQ(f.steady.over_budget_bytes, 0u) << f.name;
+    EXPECT_EQ(f.first.over_budget_bytes, 0u) << f.name << " (learning step)";
+    if (f.steady.over_budget_bytes == 0) {
+      EXPECT_GE(f.steady.step_ns + 1e-6, c.bound.step_ns()) << f.name << " beat the lower bound";
+    }
+  }
+  const auto& t = figures(c, "tierrt");
+  EXPECT_LE(t.steady.step_ns, c.bound.step_ns() * 1.05);
+  for (const auto& f : c.policies) {
+    if (f.name != "none") {
+      EXPECT_LE(t.steady.step_ns, f.steady.step_ns * (1 + 1e-9)) << "slower than " << f.name;
+    }
+  }
+  // Demand fetches only where activations alone cannot meet the budget (then the
+  // fallback must evict weights, which come back on demand).
+  if (p.fraction <= 0.5) {
+    EXPECT_EQ(t.steady.demand_fetches, 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Budgets, PlanHoldsBudget,
+                         ::testing::Values(BudgetCase{"pcie5", 0.25, false}, BudgetCase{"pcie5", 0.5, false},
+                                           BudgetCase{"pcie5", 0.8, false}, BudgetCase{"c2c", 0.5, false},
+                                           BudgetCase{"c2c", 0.9, false}, BudgetCase{"pcie5", 0.5, true},
+                                           BudgetCase{"c2c", 0.8, true}, BudgetCase{"20,10", 0.5, false}));
+
+// Acceptance (modeled): Llama-3.1-70B, sequence 8192, micro-batch 1, TP 8 on pcie5
+// at a budget forcing half the activation bytes at the peak off HBM.
+TEST(PlannerAcceptance, Llama70bOnPcie5AtHalfTheActivations) {
+  SynthOptions o;
+  o.model = *find_model("llama3.1-70b");
+  o.shape = default_shape(o.model);
+  ASSERT_EQ(o.shape.seq, 8192u);
+  ASSERT_EQ(o.shape.tp, 8u);
+  const auto a = analyse_trace(synthesize(o));
+  BudgetChoice b;
+  b.offload_fraction = 0.5;
+  const auto c = compare_policies(a.steps, policy_names(), parse_link("pcie5"), b, false);
+  const auto& t = figures(c, "tierrt");
+  ASSERT_TRUE(c.bound.feasible);
+  EXPECT_GE(t.activation_off, 0.5);
+  EXPECT_EQ(t.steady.over_budget_bytes, 0u);
+  EXPECT_LE(t.steady.step_ns, 1.01 * c.bound.step_ns());
+  for (const auto& f : c.policies) {
+    if (f.name == "none" || f.name == "tierrt") continue;
+    EXPECT_LT(t.steady.step_ns, f.steady.step_ns) << "not below " << f.name;
+  }
+}
+
+// Acceptance (modeled): on c2c, every activation off HBM at under 1% overhead.
+TEST(PlannerAcceptance, Llama70bOnC2cAllActivationsOff) {
+  SynthOptions o;
+  o.model = *find_model("llama3.1-70b");
+  o.shape = default_shape(o.model);
+  const auto a = analyse_trace(synthesize(o));
+  BudgetChoice b;
+  b.offload_all = true;
+  const auto c = compare_policies(a.steps, {"none", "tierrt"}, parse_link("c2c"), b, false);
+  const auto& t = figures(c, "tierrt");
+  EXPECT_GE(t.activation_off, 0.99);
+  EXPECT_LT(t.overhead_vs_none, 0.01);
+  EXPECT_LT(t.steady.peak_bytes, c.peak_without_offload - c.activation_bytes_at_peak * 9 / 10);
+}
+
+TEST(PlannerPolicy, LearnsInTheFirstStepAndPlansTheRest) {
+  const auto a = analyse_trace(synthesize(test::tiny_options(test::tiny_dense(), 3)));
+  const auto profile = a.steps[0].resident_profile();
+  const std::uint64_t budget = *std::max_element(profile.begin(), profile.end()) * 9 / 10;
+  PlannerPolicy p;
+  const auto run = replay(a.steps, p, ReplayOptions{budget, parse_link("pcie5"), false});
+  EXPECT_EQ(run.steps[0].plan_alternative, -1);  // nothing learned yet: reactive
+  EXPECT_GT(run.steps[0].pressure_spills, 0u);
+  for (std::size_t i = 1; i < run.steps.size(); ++i) {
+    EXPECT_EQ(run.steps[i].plan_ops, a.steps[i].ops.size());
+    EXPECT_EQ(run.steps[i].pressure_spills, 0u);
+    EXPECT_LE(run.steps[i].step_ns, run.steps[0].step_ns);
+  }
+  EXPECT_EQ(p.mispredictions(), 0u);
+}
+
+TEST(PlannerPolicy, EvalStepFallsBackAndTrainingResumesItsPlan) {
+  auto o = test::tiny_options(test::tiny_dense(), 4);
+  o.eval_after = 2;
+  const auto a = analyse_trace(synthesize(o));
+  ASSERT_EQ(a.steps.size(), 5u);
+  const auto profile = a.steps[0].resident_profile();
+  const std::uint64_t budget = *std::max_element(profile.begin(), profile.end()) * 9 / 10;
+  PlannerPolicy p;
+  const auto run = replay(a.steps, p, ReplayOptions{budget, parse_link("pcie5"), false});
+  EXPECT_LT(run.steps[2].plan_ops, a.steps[2].ops.size()) << "followed the training plan into the eval step";
+  for (std::size_t i : {1u, 3u, 4u}) EXPECT_EQ(run.steps[i].plan_ops, a.steps[i].ops.size()) << "step " << i;
+  for (const auto& r : run.steps) EXPECT_EQ(r.over_budget_bytes, 0u);
+  EXPECT_EQ(run.steps[4].pressure_spills, 0u);
+}
+
+TEST(PlannerPolicy, LatePrefetchesStartEarlierNextStep) {
+  // The plan is made from a step whose backward pass is slow; the next steps run it
+  // fast, so prefetches placed for the slow step arrive late. The feedback must
+  // shrink the lateness from one step to the next.
+  auto o = test::tiny_options(test::tiny_dense(), 4);
+  const auto a = analyse_trace(synthesize(o));
+  std::vector<StepTimeline> steps = a.steps;
+  const std::uint32_t turn = turn_ops(steps[0]).front();
+  for (std::size_t s = 1; s < steps.size(); ++s)
+    for (std::uint32_t i = turn; i < steps[s].ops.size(); ++i) steps[s].ops[i].duration_ns /= 4;
+  const auto profile = steps[0].resident_profile();
+  const std::uint64_t budget = *std::max_element(profile.begin(), profile.end()) * 7 / 10;
+  PlannerPolicy p;
+  const auto link = parse_link("100,100");
+  std::vector<double> late;
+  for (std::size_t s = 0; s < steps.size(); ++s) {
+    StepContext ctx{s, budget, link, &steps[s]};
+    auto plans = p.plan_step(ctx);
+    // The timeline the planner learns from is always the slow first step: only
+    // feedback can correct the prefetch times.
+    SimResult r = simulate_step(steps[s], plans, p, SimOptions{budget, link, false, {}});
+    double total = 0;
+    for (double x : r.late_ns) total += x;
+    late.push_back(total);
+    p.observe(steps[0], r);
+  }
+  ASSERT_GT(late[1], 0) << "the scenario does not make prefetches late";
+  EXPECT_GT(p.late_prefetches(), 0u);
+  EXPECT_LT(late[3], late[1]);
+}
+
+TEST(Planner, MeasuredCopyRatesOverrideTheLinkModel) {
+  // The same step, once with the runtime's measurement of a slow D2H copy engine:
+  // the planner must plan against the measurement, not the nominal link.
+  auto o = test::tiny_options(test::tiny_dense(), 2);
+  o.step_markers = true;
+  Trace fast = synthesize(o);
+  Trace slow;
+  for (const Event& e : fast) {
+    slow.push_back(e);
+    if (e.kind == EventKind::Step) slow.push_back(Event::copy_rate(CopyDir::DeviceToHost, 2'000'000'000));
+  }
+  const auto a_fast = analyse_trace(fast), a_slow = analyse_trace(slow);
+  EXPECT_DOUBLE_EQ(a_slow.steps[1].measured_d2h_bps, 2e9);
+  EXPECT_EQ(a_fast.steps[1].measured_d2h_bps, 0);
+  const auto profile = a_fast.steps[1].resident_profile();
+  const auto budget = *std::max_element(profile.begin(), profile.end()) * 7 / 10;
+  const auto link = parse_link("pcie5");
+  const auto r_fast = plan_step(a_fast.steps[1], budget, link, {});
+  const auto r_slow = plan_step(a_slow.steps[1], budget, link, {});
+  EXPECT_GT(r_slow.modeled.stall_ns, r_fast.modeled.stall_ns);
+  // Replayed on the nominal link, the plan made for the slow engine is still valid.
+  const auto check = simulate_step(a_fast.steps[1], std::span(&r_slow.plan, 1), *make_policy("tierrt"),
+                                   SimOptions{budget, link, false, {}});
+  EXPECT_EQ(check.over_budget_bytes, 0u);
+}
+
+TEST(Planner, TriggersAreOrderedAndKeyedByLaunch) {
+  const auto a = analyse_trace(synthesize(test::tiny_options(test::tiny_dense(), 2)));
+  const auto& tl = a.steps[1];
+  const auto profile = tl.resident_profile();
+  const auto budget = *std::max_element(profile.begin(), profile.end()) * 8 / 10;
+  const auto r = plan_step(tl, budget, parse_link("pcie5"), {});
+  ASSERT_FALSE(r.spilled.empty());
+  const auto& table = r.plan.triggers;
+  EXPECT_EQ(table.op_count(), tl.ops.size());
+  std::size_t seen = 0;
+  for (std::uint32_t op = 0; op < table.op_count(); ++op)
+    for (const Trigger& t : table.at(op)) {
+      EXPECT_EQ(t.op, op);
+      ++seen;
+      const auto& b = tl.blocks[tl.by_ordinal[t.ordinal]];
+      EXPECT_EQ(b.cls, LifetimeClass::Activation);
+      if (t.action == Action::Spill) {
+        EXPECT_GE(t.op, tl.uses_of(tl.by_ordinal[t.ordinal]).front());
+      }
+    }
+  EXPECT_EQ(seen, table.all().size());
+  EXPECT_EQ(seen, 2 * r.spilled.size());  // one spill and one prefetch each
+  EXPECT_TRUE(table.at(table.op_count()).empty());
+  EXPECT_EQ(r.plan.expected_tokens, tl.tokens);
+}
+
+}  // namespace
+}  // namespace tierrt::policy

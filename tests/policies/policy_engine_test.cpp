@@ -1,0 +1,189 @@
+// The engine as the runtime will drive it: events in one at a time, triggers out per
+// launch, with and without step markers, through an eval step.
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "policies/planner.hpp"
+#include "policies/policy_engine.hpp"
+#include "policies/trace_steps.hpp"
+#include "policies/transformer_synth.hpp"
+#include "test_models.hpp"
+
+namespace tierrt::policy {
+namespace {
+
+struct StepLog {
+  std::vector<Trigger> triggers;  // as handed out, in launch order
+  bool followed_at_end = false;
+  std::set<BlockId> allocated;
+  bool blocks_resolved = true;    // every trigger's ordinal named a block of this step
+};
+
+struct Fixture {
+  Trace trace;                     // with markers
+  std::vector<std::size_t> step_of;  // step index of each event (-1 as max before the first)
+  std::uint64_t budget = 0;
+};
+
+Fixture make(bool eval) {
+  auto o = test::tiny_options(test::tiny_dense(), 5);
+  o.step_markers = true;
+  if (eval) o.eval_after = 3;
+  Fixture f;
+  f.trace = synthesize(o);
+  std::size_t step = static_cast<std::size_t>(-1);
+  for (const Event& e : f.trace) {
+    if (e.kind == EventKind::Step) ++step;
+    f.step_of.push_back(step);
+  }
+  const auto a = analyse_trace(f.trace);
+  const auto profile = a.steps[0].resident_profile();
+  f.budget = *std::max_element(profile.begin(), profile.end()) * 8 / 10;
+  return f;
+}
+
+std::vector<StepLog> drive(PolicyEngine& engine, const Fixture& f, bool with_markers) {
+  std::vector<StepLog> logs;
+  for (std::size_t i = 0; i < f.trace.size(); ++i) {
+    const Event& e = f.trace[i];
+    const std::size_t step = f.step_of[i];
+    if (step != static_cast<std::size_t>(-1) && logs.size() <= step) {
+      if (!logs.empty()) logs.back().followed_at_end = engine.following_plan();
+      logs.emplace_back();
+    }
+    if (e.kind == EventKind::Step && !with_markers) continue;
+    if (e.kind == EventKind::Launch && !logs.empty()) {
+      for (const Trigger& t : engine.triggers_for_next_launch()) {
+        logs.back().triggers.push_back(t);
+        auto b = engine.block_of(t.ordinal);
+        logs.back().blocks_resolved &= b.has_value() && (t.action != Action::Spill || logs.back().allocated.count(*b));
+      }
+    }
+    engine.record(e);
+    if (e.kind == EventKind::Alloc && !logs.empty()) logs.back().allocated.insert(e.a);
+  }
+  logs.back().followed_at_end = engine.following_plan();
+  return logs;
+}
+
+TEST(PolicyEngine, WithMarkersFollowsThePlanOfTheLearnedStep) {
+  const Fixture f = make(false);
+  PolicyEngine engine({f.budget, parse_link("pcie5"), {}});
+  const auto logs = drive(engine, f, true);
+  ASSERT_EQ(logs.size(), 5u);
+  EXPECT_TRUE(logs[0].triggers.empty()) << "planned before anything was learned";
+  // Step 1 runs the plan made from step 0, trigger for trigger.
+  const auto a = analyse_trace(f.trace);
+  const auto expected = plan_step(a.steps[0], f.budget, parse_link("pcie5"), {}).plan.triggers.all();
+  ASSERT_FALSE(expected.empty());
+  EXPECT_EQ(logs[1].triggers, expected);
+  for (std::size_t s = 1; s < logs.size(); ++s) {
+    EXPECT_TRUE(logs[s].followed_at_end) << "step " << s;
+    EXPECT_TRUE(logs[s].blocks_resolved) << "step " << s;
+    EXPECT_FALSE(logs[s].triggers.empty()) << "step " << s;
+  }
+  EXPECT_EQ(engine.steps_completed(), 4u);  // the last step is still open
+}
+
+// `plan` is the training step's full trigger sequence. Without markers, the step
+// after the eval step is only recognised once its first tokens have been seen, so
+// its first launches run reactively: it must get the rest of the plan.
+void expect_eval_handled(const std::vector<StepLog>& logs, const std::vector<Trigger>& plan, bool markers) {
+  ASSERT_EQ(logs.size(), 6u);  // 3 training, eval, 2 training
+  ASSERT_FALSE(plan.empty());
+  EXPECT_FALSE(logs[3].followed_at_end) << "followed the training plan through the eval step";
+  EXPECT_LT(logs[3].triggers.size(), plan.size());
+  for (std::size_t s : {4u, 5u}) {
+    EXPECT_TRUE(logs[s].followed_at_end) << "step " << s;
+    EXPECT_TRUE(logs[s].blocks_resolved) << "step " << s;
+    if (markers || s == 5) {
+      EXPECT_EQ(logs[s].triggers, plan) << "step " << s;
+      continue;
+    }
+    ASSERT_FALSE(logs[s].triggers.empty());
+    const std::uint32_t first = logs[s].triggers.front().op;
+    EXPECT_LT(first, 40u) << "resynchronised late";
+    std::vector<Trigger> rest;
+    for (const Trigger& t : plan)
+      if (t.op >= first) rest.push_back(t);
+    EXPECT_EQ(logs[s].triggers, rest);
+  }
+}
+
+TEST(PolicyEngine, WithMarkersAnEvalStepStopsThePlanAndTrainingResumesIt) {
+  const Fixture f = make(true);
+  PolicyEngine engine({f.budget, parse_link("pcie5"), {}});
+  const auto logs = drive(engine, f, true);
+  ASSERT_EQ(logs.size(), 6u);
+  expect_eval_handled(logs, logs[2].triggers, true);
+}
+
+TEST(PolicyEngine, WithoutMarkersLearnsTheStepAndFindsItsBoundaries) {
+  const Fixture f = make(true);
+  PolicyEngine marked({f.budget, parse_link("pcie5"), {}});
+  const auto reference = drive(marked, f, true);
+  PolicyEngine engine({f.budget, parse_link("pcie5"), {}});
+  const auto logs = drive(engine, f, false);
+  // Detection needs two complete steps and a third begun; the plan starts after.
+  EXPECT_GE(engine.steps_completed(), 4u);
+  EXPECT_TRUE(logs[0].triggers.empty());
+  expect_eval_handled(logs, reference[2].triggers, false);
+}
+
+TEST(PolicyEngine, ShapeChangeIsLearnedAnewWithAndWithoutMarkers) {
+  for (bool markers : {true, false}) {
+    SCOPED_TRACE(markers ? "markers" : "no markers");
+    auto o = test::tiny_options(test::tiny_dense(), 9);
+    o.step_markers = true;  // the fixture needs them to tell steps apart; the engine may not see them
+    o.change_after = 3;
+    o.changed_seq = 512;
+    Fixture f;
+    f.trace = synthesize(o);
+    std::size_t step = static_cast<std::size_t>(-1);
+    for (const Event& e : f.trace) {
+      if (e.kind == EventKind::Step) ++step;
+      f.step_of.push_back(step);
+    }
+    const auto a = analyse_trace(f.trace);
+    const auto profile = a.steps.back().resident_profile();
+    f.budget = *std::max_element(profile.begin(), profile.end()) * 8 / 10;
+    PolicyEngine engine({f.budget, parse_link("pcie5"), {}});
+    const auto logs = drive(engine, f, markers);
+    ASSERT_EQ(logs.size(), 9u);
+    EXPECT_FALSE(logs[3].followed_at_end) << "followed the old shape's plan after the change";
+    EXPECT_TRUE(logs[8].followed_at_end);
+    EXPECT_FALSE(logs[8].triggers.empty());
+    EXPECT_TRUE(logs[8].blocks_resolved);
+    const auto expected = plan_step(a.steps[7], f.budget, parse_link("pcie5"), {}).plan.triggers.all();
+    EXPECT_EQ(logs[8].triggers, expected);
+  }
+}
+
+TEST(PolicyEngine, MoverReportsFeedThePlanner) {
+  const Fixture f = make(false);
+  PolicyEngine engine({f.budget, parse_link("pcie5"), {}});
+  std::size_t step = static_cast<std::size_t>(-1);
+  std::uint32_t reported_ordinal = 0;
+  bool reported = false;
+  for (const Event& e : f.trace) {
+    if (e.kind == EventKind::Step) ++step;
+    if (step == 2 && e.kind == EventKind::Launch && !reported) {
+      for (const Trigger& t : engine.triggers_for_next_launch())
+        if (t.action == Action::Prefetch && !reported) {
+          reported_ordinal = t.ordinal;
+          engine.report_late(t.ordinal, 1e6);
+          engine.report_demand_fetch(t.ordinal);
+          reported = true;
+        }
+    }
+    engine.record(e);
+  }
+  ASSERT_TRUE(reported);
+  (void)reported_ordinal;
+  EXPECT_EQ(engine.planner().late_prefetches(), 1u);
+  EXPECT_EQ(engine.planner().mispredictions(), 1u);
+}
+
+}  // namespace
+}  // namespace tierrt::policy
