@@ -1,6 +1,5 @@
 #include "runtime/settings.h"
 
-#include <cerrno>
 #include <cstdlib>
 
 namespace tierrt {
@@ -12,26 +11,10 @@ const char* value_of(config::GetenvFn getenv_fn, const char* name) {
   return v && *v ? v : nullptr;
 }
 
-std::string line(const char* variable, const char* value, const char* accepted) {
-  return std::string("tierrt: ") + variable + "=\"" + value + "\" is not accepted; expected " + accepted;
-}
-
 bool parse_flag(const char* variable, const char* value, bool* out, std::string* error) {
   auto k = config::parse_choice(variable, value, {"0", "1", "off", "on", "false", "true", "no", "yes"}, error);
   if (!k) return false;
   *out = *k % 2 == 1;
-  return true;
-}
-
-bool parse_uint(const char* variable, const char* value, std::uint32_t max, std::uint32_t* out, std::string* error) {
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(value, &end, 10);
-  if (errno != 0 || end == value || *end != '\0' || value[0] == '-' || v > max) {
-    *error = line(variable, value, ("a whole number from 0 to " + std::to_string(max)).c_str());
-    return false;
-  }
-  *out = static_cast<std::uint32_t>(v);
   return true;
 }
 
@@ -59,9 +42,6 @@ bool read_settings(Settings* out, std::string* error, config::GetenvFn getenv_fn
     auto k = config::parse_choice("TIERRT_POLICY", v, {"reactive"}, error);
     if (!k) return false;
     s.policy = "reactive";
-  }
-  if (const char* v = value_of(getenv_fn, "TIERRT_PREFETCH_LOOKAHEAD")) {
-    if (!parse_uint("TIERRT_PREFETCH_LOOKAHEAD", v, 1u << 20, &s.prefetch_lookahead, error)) return false;
   }
   if (const char* v = value_of(getenv_fn, "TIERRT_VIRTUAL_MEMINFO")) {
     if (!parse_flag("TIERRT_VIRTUAL_MEMINFO", v, &s.virtual_meminfo, error)) return false;

@@ -17,7 +17,6 @@ struct Settings {
   Mode mode = Mode::kTier;                   // TIERRT_MODE: off | observe | tier
   config::AllocatorConfig allocator;         // TIERRT_DEVICE_BUDGET, _HOST_BUDGET, _MIN_BYTES, _SPILL_MODE
   std::string policy = "reactive";           // TIERRT_POLICY
-  std::uint32_t prefetch_lookahead = 64;     // TIERRT_PREFETCH_LOOKAHEAD: launches ahead
   bool virtual_meminfo = false;              // TIERRT_VIRTUAL_MEMINFO: 0 | 1
   std::string stats;                         // TIERRT_STATS: "" off, "-" stderr, else a file
   std::string trace;                         // TIERRT_TRACE: Chrome trace JSON file
@@ -29,7 +28,7 @@ struct Settings {
 // The names of every variable Settings reads, for documentation and checks.
 inline constexpr const char* kSettingVariables[] = {
     "TIERRT_MODE",   "TIERRT_DEVICE_BUDGET", "TIERRT_HOST_BUDGET", "TIERRT_MIN_BYTES",
-    "TIERRT_SPILL_MODE", "TIERRT_POLICY",    "TIERRT_PREFETCH_LOOKAHEAD", "TIERRT_VIRTUAL_MEMINFO",
+    "TIERRT_SPILL_MODE", "TIERRT_POLICY",    "TIERRT_VIRTUAL_MEMINFO",
     "TIERRT_STATS",  "TIERRT_TRACE",         "TIERRT_RECORD",      "TIERRT_LOG",
     "TIERRT_LOG_FILE",
 };

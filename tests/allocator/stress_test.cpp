@@ -78,6 +78,7 @@ TEST_P(Stress, RandomSpillFetchCyclesKeepEveryByte) {
     t.b = a->lookup(p);
     refill(t, s);
   }
+  // 5e4 per mode, 1e5 in all (STRESS_CYCLES overrides it for quick runs).
   const long target = std::getenv("STRESS_CYCLES") ? std::atol(std::getenv("STRESS_CYCLES")) : 50000;
   long cycles = 0;
   std::vector<std::uint8_t> buf;

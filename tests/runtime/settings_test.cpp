@@ -45,7 +45,6 @@ TEST_F(SettingsTest, DefaultsWithAnEmptyEnvironment) {
   EXPECT_EQ(1u << 20, s.allocator.min_bytes);
   EXPECT_EQ(config::SpillMode::Auto, s.allocator.spill_mode);
   EXPECT_EQ("reactive", s.policy);
-  EXPECT_EQ(64u, s.prefetch_lookahead);
   EXPECT_FALSE(s.virtual_meminfo);
   EXPECT_TRUE(s.stats.empty());
   EXPECT_TRUE(s.trace.empty());
@@ -110,17 +109,13 @@ TEST_F(SettingsTest, SpillMode) {
   expect_refused("TIERRT_SPILL_MODE", "managed");
 }
 
-TEST_F(SettingsTest, PolicyAndLookahead) {
-  g_env = {{"TIERRT_POLICY", "reactive"}, {"TIERRT_PREFETCH_LOOKAHEAD", "128"}};
+TEST_F(SettingsTest, Policy) {
+  g_env = {{"TIERRT_POLICY", "reactive"}};
   Settings s;
   std::string err;
   ASSERT_TRUE(read(&s, &err)) << err;
   EXPECT_EQ("reactive", s.policy);
-  EXPECT_EQ(128u, s.prefetch_lookahead);
   expect_refused("TIERRT_POLICY", "magic");
-  expect_refused("TIERRT_PREFETCH_LOOKAHEAD", "-3");
-  expect_refused("TIERRT_PREFETCH_LOOKAHEAD", "ten");
-  expect_refused("TIERRT_PREFETCH_LOOKAHEAD", "99999999999");
 }
 
 TEST_F(SettingsTest, FlagsAndOutputs) {
