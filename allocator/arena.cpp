@@ -61,6 +61,7 @@ CUresult Impl::init() noexcept {
       }
     }
     host.configure_pool(opt.pinned_chunk, host_budget.limit() + opt.pinned_chunk);
+    host.set_spare_limit(std::min<std::uint64_t>(1ull << 30, host_budget.limit() / 4));
 
     int least = 0, greatest = 0;
     if (TIERRT_CU(cuCtxGetStreamPriorityRange, &least, &greatest) != CUDA_SUCCESS) least = greatest = 0;
@@ -82,7 +83,7 @@ Impl::~Impl() {
       std::lock_guard<std::mutex> g(mu);
       stopping = true;
     }
-    cv.notify_all();
+    mover_cv.notify_all();
     mover.join();
   }
   if (ctx != nullptr) {
@@ -264,7 +265,7 @@ void Impl::destroy_block(Block* b) {
   }
   if (b->host != 0) {
     (void)TIERRT_CU(cuMemUnmap, b->shadow, b->mapped);  // the host chunk's second mapping
-    (void)TIERRT_CU(cuMemRelease, b->host);
+    host.give_host_chunk(b->host, b->mapped);
   }
   if (b->host_buf != nullptr) host.free_pinned(b->host_buf);
   if (b->host_bytes) host_budget.release(b->host_bytes);
@@ -293,11 +294,12 @@ CUresult Impl::allocate(CUdeviceptr* out, std::size_t bytes, CUstream s, AllocFl
 
 CUresult Impl::alloc_block(CUdeviceptr* out, std::size_t bytes, CUstream s, bool spillable) {
   const std::size_t mapped = round_up(bytes, gran);
-  // 1. The cache: no driver call when the block was freed on this stream.
+  // 1. The cache. Every access to a block is a recorded use (the runtime
+  // records launches, copies and memsets that name it), so reuse on stream s
+  // need only wait for uses on other streams: none when the block was used
+  // and freed on s, the steady state of a training step.
   UseEvent* waits[kMaxUseSlots];
   int nwaits = 0;
-  CUstream other_free_stream = nullptr;
-  bool cross_free = false;
   Block* b = nullptr;
   {
     std::lock_guard<std::mutex> g(mu);
@@ -312,10 +314,6 @@ CUresult Impl::alloc_block(CUdeviceptr* out, std::size_t bytes, CUstream s, bool
           b->uses[i].ev->refs.fetch_add(1, std::memory_order_relaxed);
           waits[nwaits++] = b->uses[i].ev;
         }
-      if (b->free_stream != s) {
-        cross_free = true;
-        other_free_stream = b->free_stream;
-      }
       set_state(b, State::Resident);
       class_bytes[0] += bytes;
       if (spillable) lru.push_back(*b);
@@ -328,19 +326,6 @@ CUresult Impl::alloc_block(CUdeviceptr* out, std::size_t bytes, CUstream s, bool
       CUresult w = TIERRT_CU(cuStreamWaitEvent, s, waits[i]->ev, 0u);
       if (w != CUDA_SUCCESS) r = w;
       unref(waits[i]);
-    }
-    if (cross_free) {
-      // Work queued on the freeing stream so far includes everything before
-      // the free: make the new stream wait for it.
-      UseEvent* e = acquire_event();
-      if (e == nullptr) {
-        r = CUDA_ERROR_OUT_OF_MEMORY;
-      } else {
-        CUresult w = TIERRT_CU(cuEventRecord, e->ev, other_free_stream);
-        if (w == CUDA_SUCCESS) w = TIERRT_CU(cuStreamWaitEvent, s, e->ev, 0u);
-        if (w != CUDA_SUCCESS) r = w;
-        unref(e);
-      }
     }
     if (r != CUDA_SUCCESS) {
       (void)free(b->va, s);

@@ -27,6 +27,12 @@ class HostTier {
   int location_id() const noexcept { return loc_id_; }
   // Creates a host physical chunk of `bytes` (a multiple of the granularity).
   CUresult create_host_chunk(std::size_t bytes, CUmemGenericAllocationHandle* out) noexcept;
+  // The same from a small pool of unmapped chunks kept for reuse (their
+  // pages are already faulted in), and back to it (released when it is full).
+  CUresult take_host_chunk(std::size_t bytes, CUmemGenericAllocationHandle* out) noexcept;
+  void give_host_chunk(CUmemGenericAllocationHandle h, std::size_t bytes) noexcept;
+  void set_spare_limit(std::uint64_t bytes) noexcept { spare_limit_ = bytes; }
+  std::uint64_t spare_bytes() const noexcept { return spare_bytes_; }
 
   // copy: a pinned buffer of at least `bytes` from the private arena; grows
   // the pool by whole chunks while it stays within `pool_limit`. Null when
@@ -45,6 +51,10 @@ class HostTier {
   PinnedPool* pool_ = nullptr;
   std::size_t chunk_bytes_ = 64u << 20;
   std::uint64_t pool_limit_ = UINT64_MAX;
+  std::mutex spare_mu_;
+  std::multimap<std::size_t, CUmemGenericAllocationHandle> spare_;
+  std::uint64_t spare_bytes_ = 0;
+  std::uint64_t spare_limit_ = 0;
 };
 
 }  // namespace tierrt::alloc

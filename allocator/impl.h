@@ -108,7 +108,8 @@ class Impl {
   CUstream d2h = nullptr, h2d = nullptr;
 
   mutable std::mutex mu;           // containers, block backing, counters
-  std::condition_variable cv;      // a block's move finished / a move was queued
+  std::condition_variable cv;      // a block's move or remap finished
+  std::condition_variable mover_cv;  // a move was queued (the mover waits here)
   BlockCache cache;
   LruList lru;
   PoolList pool;

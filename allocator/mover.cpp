@@ -159,12 +159,12 @@ SpillResult Impl::spill(Block* b) {
       r = TIERRT_CU(cuMemAddressReserve, &s, b->mapped, gran, CUdeviceptr{0}, 0ull);
       if (r == CUDA_SUCCESS) b->shadow = s;  // only this thread touches it (ops_pending)
     }
-    if (r == CUDA_SUCCESS) r = host.create_host_chunk(b->mapped, &op->host);
+    if (r == CUDA_SUCCESS) r = host.take_host_chunk(b->mapped, &op->host);
     if (r == CUDA_ERROR_OUT_OF_MEMORY) fail = SpillResult::HostFull;
     if (r == CUDA_SUCCESS) {
       r = map_rw(b->shadow, b->mapped, op->host, true);
       if (r != CUDA_SUCCESS) {
-        (void)TIERRT_CU(cuMemRelease, op->host);
+        host.give_host_chunk(op->host, b->mapped);
         op->host = 0;
       }
     }
@@ -194,7 +194,7 @@ SpillResult Impl::spill(Block* b) {
     (void)TIERRT_CU(cuStreamSynchronize, d2h);
     if (op->host != 0) {
       (void)TIERRT_CU(cuMemUnmap, b->shadow, b->mapped);
-      (void)TIERRT_CU(cuMemRelease, op->host);
+      host.give_host_chunk(op->host, b->mapped);
     }
     if (op->host_buf != nullptr) host.free_pinned(op->host_buf);
     unref(op->ev);
@@ -217,7 +217,7 @@ SpillResult Impl::spill(Block* b) {
     ++n_spills;
     ops.push_back(op);
   }
-  cv.notify_all();
+  mover_cv.notify_one();
   return SpillResult::Started;
 }
 
@@ -316,24 +316,26 @@ CUresult Impl::fetch(Block* b, CUstream consumer, bool demand) {
     cv.notify_all();
     return r;
   }
-  op->ev->refs.fetch_add(2, std::memory_order_relaxed);  // the block's and the consumer's
+  UseEvent* ev = op->ev;  // op belongs to the mover once queued
+  ev->refs.fetch_add(2, std::memory_order_relaxed);  // the block's and this call's
   {
     std::lock_guard<std::mutex> g(mu);
     b->dev = d;
     b->host = 0;
     b->host_buf = nullptr;
     b->host_bytes = 0;
-    b->ready.store(op->ev, std::memory_order_release);
+    b->ready.store(ev, std::memory_order_release);
     b->remapping = false;
     ++n_fetches;
     n_bytes_fetched += b->size;
     if (b->spillable && !b->lru_hook.is_linked()) lru.push_back(*b);
     ops.push_back(op);
   }
-  cv.notify_all();
+  mover_cv.notify_one();
+  cv.notify_all();  // the remap is done
   CUresult w = CUDA_SUCCESS;
-  if (consumer != nullptr) w = TIERRT_CU(cuStreamWaitEvent, consumer, op->ev->ev, 0u);
-  unref(op->ev);
+  if (consumer != nullptr) w = TIERRT_CU(cuStreamWaitEvent, consumer, ev->ev, 0u);
+  unref(ev);
   return w;
 }
 
@@ -391,7 +393,7 @@ void Impl::finalize(MoveOp* op) {
   // fetched block's host chunk / pinned buffer.
   if (op->host != 0) {
     (void)TIERRT_CU(cuMemUnmap, b->shadow, b->mapped);
-    (void)TIERRT_CU(cuMemRelease, op->host);
+    host.give_host_chunk(op->host, b->mapped);
   }
   if (op->host_buf != nullptr) host.free_pinned(op->host_buf);
   if (op->host_bytes) host_budget.release(op->host_bytes);
@@ -410,7 +412,7 @@ void Impl::mover_loop() {
   (void)TIERRT_CU(cuCtxSetCurrent, ctx);
   std::unique_lock<std::mutex> l(mu);
   for (;;) {
-    cv.wait(l, [&] { return stopping || !ops.empty(); });
+    mover_cv.wait(l, [&] { return stopping || !ops.empty(); });
     if (ops.empty()) {
       if (stopping) return;
       continue;
@@ -554,32 +556,44 @@ CUresult Impl::record_use(std::span<Block* const> blocks, CUstream s, bool captu
     unref(e);
     return r;
   }
+  // The blocks are pinned by the caller (ensure_resident .. release), so no
+  // spill can start while this runs.
   UseEvent* drop[64];
   int ndrop = 0;
+  std::vector<UseEvent*> raced;  // another recorder filled the slots meanwhile
   {
     std::lock_guard<std::mutex> g(mu);
     for (Block* b : blocks) {
       int slot = -1;
       for (int i = 0; i < b->nuses; ++i)
         if (b->uses[i].stream == s) slot = i;
-      e->refs.fetch_add(1, std::memory_order_relaxed);
+      UseEvent* old = nullptr;
       if (slot >= 0) {
-        if (ndrop < 64) drop[ndrop++] = b->uses[slot].ev;
-        else unref(b->uses[slot].ev);
+        old = b->uses[slot].ev;
         b->uses[slot].ev = e;
       } else if (b->nuses < kMaxUseSlots) {
         b->uses[b->nuses++] = UseSlot{s, e};
       } else {
-        // Raced with another recorder: keep correctness by syncing the oldest.
-        if (ndrop < 64) drop[ndrop++] = b->uses[0].ev;
-        else unref(b->uses[0].ev);
-        (void)TIERRT_CU(cuEventSynchronize, b->uses[0].ev->ev);
+        // Drop the oldest slot; its work is waited for below, before the
+        // caller unpins the block.
+        old = b->uses[0].ev;
         b->uses[0] = UseSlot{s, e};
+        old->refs.fetch_add(1, std::memory_order_relaxed);
+        raced.push_back(old);
+      }
+      e->refs.fetch_add(1, std::memory_order_relaxed);
+      if (old != nullptr) {
+        if (ndrop < 64) drop[ndrop++] = old;
+        else unref(old);
       }
       if (b->lru_hook.is_linked()) lru.splice(lru.end(), lru, lru.iterator_to(*b));
     }
   }
   unref(e);
+  for (UseEvent* r : raced) {
+    (void)TIERRT_CU(cuEventSynchronize, r->ev);
+    unref(r);
+  }
   for (int i = 0; i < ndrop; ++i) unref(drop[i]);
   return CUDA_SUCCESS;
 }

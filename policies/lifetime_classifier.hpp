@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "policies/step_timeline.hpp"
 
@@ -16,9 +17,11 @@ struct ClassifierOptions {
   double workspace_max_idle_fraction = 0.10;
 };
 
-// The launch where the step turns from forward to backward: the Phase(Backward)
-// marker when there is one, else the launch at which step-local memory peaks.
-std::uint32_t turn_op(const StepTimeline& tl);
+// The launches where the step turns from forward to backward, one per micro-batch:
+// the Phase(Backward) markers when there are any, else the peaks of step-local
+// memory that stand out by at least half the highest one (gradient accumulation
+// makes several).
+std::vector<std::uint32_t> turn_ops(const StepTimeline& tl);
 
 void classify(StepTimeline& tl, const ClassifierOptions& options = {});
 

@@ -27,7 +27,7 @@ class PressureLog : public VictimChooser {
   std::vector<std::pair<std::uint32_t, double>> events;
 
  private:
-  ColdestStepLocal fallback_;
+  SafeReactive fallback_;
 };
 
 TriggerTable make_triggers(const StepTimeline& tl, const std::vector<Candidate>& cands, const std::vector<double>& start,

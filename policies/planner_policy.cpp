@@ -15,7 +15,11 @@ std::vector<StepPlan> PlannerPolicy::plan_step(const StepContext& ctx) {
   last_budget_ = ctx.budget;
   std::vector<Shape*> recent;
   for (auto& [sig, s] : shapes_) recent.push_back(&s);
-  std::sort(recent.begin(), recent.end(), [](Shape* a, Shape* b) { return a->last_seen > b->last_seen; });
+  // The shape seen most often first (a training step, not the odd eval step), then
+  // the most recent: a follower keeps the first alternative still matching.
+  std::sort(recent.begin(), recent.end(), [](Shape* a, Shape* b) {
+    return a->times_seen != b->times_seen ? a->times_seen > b->times_seen : a->last_seen > b->last_seen;
+  });
   if (recent.size() > kMaxAlternatives) recent.resize(kMaxAlternatives);
   std::vector<StepPlan> out;
   for (Shape* s : recent) {
@@ -35,9 +39,16 @@ void PlannerPolicy::observe(const StepTimeline& observed, const SimResult& outco
   // Feedback only applies when the plan followed was made for this very shape.
   const bool planned = !fresh && outcome.plan_alternative >= 0 && outcome.plan_ops == observed.ops.size();
   if (planned) {
+    if (shape.best_stall_ns < 0 || outcome.stall_ns < shape.best_stall_ns) {
+      shape.best_stall_ns = outcome.stall_ns;
+      shape.best_leads = shape.leads;
+    } else {
+      shape.leads = shape.best_leads;
+      shape.step_size /= 2;
+    }
     for (std::uint32_t b = 0; b < observed.blocks.size(); ++b) {
       if (observed.blocks[b].predates_step()) continue;
-      if (outcome.late_ns[b] > 0) shape.leads.add(observed.blocks[b].ordinal, outcome.late_ns[b]);
+      if (outcome.late_ns[b] > 0) shape.leads.add(observed.blocks[b].ordinal, outcome.late_ns[b] * shape.step_size);
       if (outcome.demanded[b]) ++mispredictions_;
     }
     late_prefetches_ += outcome.late_prefetches;
@@ -46,6 +57,7 @@ void PlannerPolicy::observe(const StepTimeline& observed, const SimResult& outco
   classify(shape.timeline);
   shape.stale = true;
   shape.last_seen = observed_;
+  ++shape.times_seen;
   // Forget the oldest shapes beyond what is worth following.
   while (shapes_.size() > 2 * kMaxAlternatives) {
     auto oldest = std::min_element(shapes_.begin(), shapes_.end(),

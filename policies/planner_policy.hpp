@@ -31,9 +31,15 @@ class PlannerPolicy final : public Policy {
   struct Shape {
     StepTimeline timeline;
     PrefetchLeads leads;
+    // Feedback is a search: keep the leads of the least-stalled planned step, and
+    // when a correction made things worse, return to them and correct by less.
+    PrefetchLeads best_leads;
+    double best_stall_ns = -1;
+    double step_size = 1;
     StepPlan plan;
     bool stale = true;
     std::size_t last_seen = 0;
+    std::size_t times_seen = 0;
   };
 
   PlannerOptions options_;

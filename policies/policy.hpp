@@ -43,7 +43,7 @@ class Policy : public VictimChooser {
   void choose(const VictimQuery& query, std::vector<std::uint32_t>& out) override { coldest_.choose(query, out); }
 
  private:
-  ColdestStepLocal coldest_;
+  SafeReactive coldest_;
 };
 
 }  // namespace tierrt::policy

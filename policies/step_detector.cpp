@@ -33,7 +33,7 @@ struct Period {
   std::size_t anchor = 0;  // a token index where a step starts
 };
 
-std::int64_t live_before(const std::vector<Token>& t, std::size_t i) { return i == 0 ? 0 : t[i - 1].live_after; }
+std::int64_t live_before(const std::vector<Token>& t, std::size_t i) { return t[i].live_before; }
 
 // The period of tokens [lo, hi): the repeat distance whose matching runs, each at
 // least one period long and leaving live bytes unchanged, cover the most tokens.
@@ -99,8 +99,10 @@ std::optional<Period> find_period(const std::vector<Token>& t, std::size_t lo, s
   return best;
 }
 
-std::uint64_t signature_of(const WindowHash& wh, std::size_t begin, std::size_t len) {
-  return wh.of(begin, len) ^ (len * 0x9e3779b97f4a7c15ull);
+std::uint64_t signature_of(const std::vector<Token>& t, std::size_t begin, std::size_t len) {
+  std::vector<std::uint64_t> h(len);
+  for (std::size_t i = 0; i < len; ++i) h[i] = t[begin + i].hash;
+  return step_signature(h);
 }
 
 void assign_shapes(StepDetection& d) {
@@ -121,7 +123,7 @@ std::size_t event_of(const StepDetection& d, std::size_t token, std::size_t trac
   return token < d.tokens.size() ? d.tokens[token].event : trace_size;
 }
 
-void segment_by_markers(const Trace& trace, StepDetection& d, const WindowHash& wh) {
+void segment_by_markers(const Trace& trace, StepDetection& d) {
   std::vector<std::size_t> marks;
   for (std::size_t i = 0; i < trace.size(); ++i)
     if (trace[i].kind == EventKind::Step) marks.push_back(i);
@@ -134,7 +136,7 @@ void segment_by_markers(const Trace& trace, StepDetection& d, const WindowHash& 
   auto add = [&](std::size_t b, std::size_t e, bool prologue) {
     const std::size_t tb = token_at(b), te = token_at(e);
     if (prologue && tb == te) return;
-    d.spans.push_back(StepSpan{b, e, tb, te, signature_of(wh, tb, te - tb), 0, prologue});
+    d.spans.push_back(StepSpan{b, e, tb, te, signature_of(d.tokens, tb, te - tb), 0, prologue});
   };
   if (marks.front() > 0) add(0, marks.front(), true);
   for (std::size_t m = 0; m < marks.size(); ++m)
@@ -147,7 +149,7 @@ void segment_by_period(const Trace& trace, StepDetection& d, const WindowHash& w
   auto add = [&](std::size_t tb, std::size_t te, bool prologue) {
     if (tb >= te) return;
     d.spans.push_back(StepSpan{tb == 0 ? 0 : event_of(d, tb, trace.size()), event_of(d, te, trace.size()), tb, te,
-                               signature_of(wh, tb, te - tb), 0, prologue});
+                               signature_of(d.tokens, tb, te - tb), 0, prologue});
   };
   auto period = find_period(d.tokens, 0, n, o);
   if (!period) {  // nothing repeats: the whole stream is one step
@@ -188,6 +190,12 @@ void segment_by_period(const Trace& trace, StepDetection& d, const WindowHash& w
 
 }  // namespace
 
+std::uint64_t step_signature(std::span<const std::uint64_t> tokens) {
+  std::uint64_t h = tokens.size() * 0x9e3779b97f4a7c15ull;
+  for (std::uint64_t t : tokens) h = (h ^ t) * 0x100000001b3ull + (h >> 29);
+  return h;
+}
+
 std::vector<std::uint64_t> StepDetection::token_hashes(const StepSpan& s) const {
   std::vector<std::uint64_t> out;
   out.reserve(s.end_token - s.begin_token);
@@ -200,12 +208,16 @@ std::size_t StepDetection::step_count() const {
 }
 
 StepDetection detect_steps(const Trace& trace, const StepDetectorOptions& options) {
+  return detect_steps(trace, tokenize(trace), options);
+}
+
+StepDetection detect_steps(const Trace& trace, std::vector<Token> tokens, const StepDetectorOptions& options) {
   StepDetection d;
-  d.tokens = tokenize(trace);
+  d.tokens = std::move(tokens);
   const WindowHash wh(d.tokens);
   d.used_markers = std::any_of(trace.begin(), trace.end(), [](const Event& e) { return e.kind == EventKind::Step; });
   if (d.used_markers)
-    segment_by_markers(trace, d, wh);
+    segment_by_markers(trace, d);
   else
     segment_by_period(trace, d, wh, options);
   assign_shapes(d);

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "policies/event.hpp"
@@ -42,5 +43,12 @@ struct StepDetectorOptions {
 };
 
 StepDetection detect_steps(const Trace& trace, const StepDetectorOptions& options = {});
+
+// The same on tokens already made (event indices into `trace`), e.g. by an online
+// Tokenizer that knew the sizes of blocks allocated before `trace` begins.
+StepDetection detect_steps(const Trace& trace, std::vector<Token> tokens, const StepDetectorOptions& options = {});
+
+// The signature of a step from its token hashes (what StepSpan::signature holds).
+std::uint64_t step_signature(std::span<const std::uint64_t> tokens);
 
 }  // namespace tierrt::policy

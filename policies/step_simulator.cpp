@@ -207,8 +207,10 @@ class Model {
       s.state = State::Freed;
       release(b);
       audit(SimAudit::Kind::Freed, b);
-    } else if (s.state == State::Resident) {
-      ++r_.aborted_spills;  // an unplanned use took it back while it was copying
+    } else if (s.state != State::Spilling) {
+      // Taken back while copying (an unplanned use, or a prefetch that came first),
+      // and possibly freed since: its device memory is accounted for already.
+      ++r_.aborted_spills;
     } else if (s.release_after == kNone || s.release_after >= tl_.ops.size() || op_done_[s.release_after]) {
       s.state = State::Spilled;
       release(b);
@@ -338,7 +340,8 @@ class Model {
     for (std::uint32_t b : allocs_at_[op]) need += bytes(b);
     if (dev_ + need > o_.budget && !force) {
       make_room(dev_ + need - o_.budget, op);
-      if (leaving_bytes() > 0) return false;
+      // Wait while something is leaving, or a fetch in flight may become a victim.
+      if (leaving_bytes() > 0 || h2d_.busy) return false;
       // Nothing can leave: proceed over budget (reported) rather than deadlock.
     }
     for (std::uint32_t b : allocs_at_[op]) blocks_[b].state = State::Resident, blocks_[b].last_use = now_;
@@ -424,12 +427,13 @@ class Model {
 
 }  // namespace
 
-void ColdestStepLocal::choose(const VictimQuery& q, std::vector<std::uint32_t>& out) {
-  std::vector<VictimCandidate> local;
-  for (const auto& c : q.candidates)
-    if (!q.timeline.blocks[c.block].predates_step()) local.push_back(c);
-  std::sort(local.begin(), local.end(), [](auto& a, auto& b) { return a.last_use_ns < b.last_use_ns; });
-  for (const auto& c : local) out.push_back(c.block);
+void SafeReactive::choose(const VictimQuery& q, std::vector<std::uint32_t>& out) {
+  std::vector<VictimCandidate> c(q.candidates.begin(), q.candidates.end());
+  std::sort(c.begin(), c.end(), [&](const VictimCandidate& a, const VictimCandidate& b) {
+    const bool la = !q.timeline.blocks[a.block].predates_step(), lb = !q.timeline.blocks[b.block].predates_step();
+    return la != lb ? la : a.last_use_ns < b.last_use_ns;
+  });
+  for (const auto& v : c) out.push_back(v.block);
 }
 
 double SimResult::prefetch_hit_rate() const {

@@ -37,9 +37,11 @@ class VictimChooser {
   virtual void choose(const VictimQuery& query, std::vector<std::uint32_t>& out) = 0;
 };
 
-// The safe reactive choice: the coldest block allocated in this step. Online-valid:
-// it needs nothing but allocation order and last-use times.
-class ColdestStepLocal : public VictimChooser {
+// The safe reactive choice: the coldest block allocated in this step (an activation
+// or a temporary), and only when none is left the coldest of the rest (weights,
+// optimizer state) rather than break the budget. Online-valid: it needs nothing but
+// allocation order and last-use times.
+class SafeReactive : public VictimChooser {
  public:
   void choose(const VictimQuery& query, std::vector<std::uint32_t>& out) override;
 };

@@ -6,17 +6,11 @@
 namespace tierrt::policy {
 namespace {
 
-struct LiveBlock {
-  std::uint64_t bytes = 0;
-  Role role = Role::Unknown;
-  std::uint32_t layer = kNoLayer;
-};
-
 // Accumulates one step; the block table is shared across steps so that blocks that
 // predate a step are known with their sizes.
 class TimelineBuilder {
  public:
-  TimelineBuilder(std::unordered_map<BlockId, LiveBlock>& live) : live_(live) {
+  TimelineBuilder(LiveBlocks& live) : live_(live) {
     // Sorted so that block indices do not depend on hash-table order.
     std::vector<BlockId> ids;
     ids.reserve(live_.size());
@@ -62,8 +56,8 @@ class TimelineBuilder {
         break;
       }
       case EventKind::Phase:
-        if (static_cast<Phase>(e.sub) == Phase::Backward && !tl_.backward_begin)
-          tl_.backward_begin = static_cast<std::uint32_t>(tl_.ops.size());
+        if (static_cast<Phase>(e.sub) == Phase::Backward)
+          tl_.backward_begins.push_back(static_cast<std::uint32_t>(tl_.ops.size()));
         break;
       case EventKind::CopyRate:
         (static_cast<CopyDir>(e.sub) == CopyDir::DeviceToHost ? tl_.measured_d2h_bps : tl_.measured_h2d_bps) =
@@ -110,7 +104,7 @@ class TimelineBuilder {
     tl_.blocks.push_back(r);
   }
 
-  std::unordered_map<BlockId, LiveBlock>& live_;
+  LiveBlocks& live_;
   StepTimeline tl_;
   std::unordered_map<BlockId, std::uint32_t> index_;
   std::unordered_map<LaunchSeq, std::uint32_t> op_of_seq_;
@@ -118,7 +112,9 @@ class TimelineBuilder {
   std::uint32_t next_ordinal_ = 0;
 };
 
-void track_only(std::unordered_map<BlockId, LiveBlock>& live, const Event& e) {
+}  // namespace
+
+void track_live(LiveBlocks& live, const Event& e) {
   if (e.kind == EventKind::Alloc) live[e.a] = LiveBlock{e.b, Role::Unknown, kNoLayer};
   if (e.kind == EventKind::Free) live.erase(e.a);
   if (e.kind == EventKind::Tag) {
@@ -127,7 +123,23 @@ void track_only(std::unordered_map<BlockId, LiveBlock>& live, const Event& e) {
   }
 }
 
-}  // namespace
+StepTimeline build_timeline(std::span<const Event> events, LiveBlocks& live) {
+  TimelineBuilder b(live);
+  for (const Event& e : events) b.feed(e);
+  return b.finish();
+}
+
+std::vector<std::uint32_t> launches_before(std::span<const Event> events, std::span<const std::uint32_t> token_events) {
+  std::vector<std::uint32_t> out;
+  out.reserve(token_events.size());
+  std::uint32_t launched = 0;
+  std::size_t e = 0;
+  for (std::uint32_t at : token_events) {
+    for (; e < at && e < events.size(); ++e) launched += events[e].kind == EventKind::Launch;
+    out.push_back(launched);
+  }
+  return out;
+}
 
 std::uint64_t StepTimeline::compute_ns() const {
   std::uint64_t t = 0;
@@ -157,22 +169,19 @@ std::vector<std::uint64_t> StepTimeline::resident_profile() const {
 
 std::vector<StepTimeline> build_timelines(const Trace& trace, const StepDetection& steps) {
   std::vector<StepTimeline> out;
-  std::unordered_map<BlockId, LiveBlock> live;
+  LiveBlocks live;
   std::size_t pos = 0;
   for (const auto& span : steps.spans) {
-    for (; pos < span.begin_event; ++pos) track_only(live, trace[pos]);
+    for (; pos < span.begin_event; ++pos) track_live(live, trace[pos]);
     if (span.prologue) continue;
-    TimelineBuilder b(live);
-    for (; pos < span.end_event; ++pos) b.feed(trace[pos]);
-    StepTimeline tl = b.finish();
+    const std::span<const Event> events(trace.data() + span.begin_event, span.end_event - span.begin_event);
+    StepTimeline tl = build_timeline(events, live);
+    pos = span.end_event;
     tl.tokens = steps.token_hashes(span);
-    std::uint32_t launched = 0;
-    std::size_t tok = span.begin_token;
-    for (std::size_t e = span.begin_event; e < span.end_event; ++e) {
-      for (; tok < span.end_token && steps.tokens[tok].event <= e; ++tok) tl.token_op.push_back(launched);
-      if (trace[e].kind == EventKind::Launch) ++launched;
-    }
-    for (; tok < span.end_token; ++tok) tl.token_op.push_back(launched);
+    std::vector<std::uint32_t> at;
+    for (std::size_t t = span.begin_token; t < span.end_token; ++t)
+      at.push_back(static_cast<std::uint32_t>(steps.tokens[t].event - span.begin_event));
+    tl.token_op = launches_before(events, at);
     tl.signature = span.signature;
     out.push_back(std::move(tl));
   }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "policies/event.hpp"
@@ -48,7 +49,7 @@ struct StepTimeline {
   std::vector<std::uint64_t> tokens;      // what a StepFollower checks the next step against
   std::vector<std::uint32_t> token_op;    // per token: launches issued before it
   std::uint64_t signature = 0;
-  std::optional<std::uint32_t> backward_begin;  // first launch after a Phase(Backward) marker
+  std::vector<std::uint32_t> backward_begins;  // first launch after each Phase(Backward) marker
   double measured_d2h_bps = 0, measured_h2d_bps = 0;  // from CopyRate events; 0 when none
 
   std::span<const std::uint32_t> uses_of(std::uint32_t block) const {
@@ -64,6 +65,23 @@ struct StepTimeline {
   // Device bytes during each launch if nothing were ever moved.
   std::vector<std::uint64_t> resident_profile() const;
 };
+
+// Blocks live at a point of the stream, with what Tag events said about them.
+struct LiveBlock {
+  std::uint64_t bytes = 0;
+  Role role = Role::Unknown;
+  std::uint32_t layer = kNoLayer;
+};
+using LiveBlocks = std::unordered_map<BlockId, LiveBlock>;
+
+void track_live(LiveBlocks& live, const Event& e);
+
+// One step from its events, given what was live when it began; `live` ends up as
+// what is live after the step. Tokens and signature are the caller's to fill.
+StepTimeline build_timeline(std::span<const Event> events, LiveBlocks& live);
+
+// For each token (by the index of its event within `events`), the launches before it.
+std::vector<std::uint32_t> launches_before(std::span<const Event> events, std::span<const std::uint32_t> token_events);
 
 // One timeline per non-prologue span of `steps`, in order.
 std::vector<StepTimeline> build_timelines(const Trace& trace, const StepDetection& steps);

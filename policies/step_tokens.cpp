@@ -19,7 +19,7 @@ std::uint64_t mix(std::uint64_t h, std::uint64_t v) {
 void Tokenizer::flush_launch(std::vector<Token>& out) {
   if (!launch_open_) return;
   std::uint64_t h = mix(mix(mix(3, launch_stream_), launch_uses_), launch_use_bytes_);
-  out.push_back(Token{h, launch_event_, live_});
+  out.push_back(Token{h, launch_event_, live_, live_});
   launch_open_ = false;
 }
 
@@ -39,14 +39,14 @@ void Tokenizer::feed(const Event& e, std::uint32_t index, std::vector<Token>& ou
     case EventKind::Alloc:
       sizes_[e.a] = e.b;
       live_ += static_cast<std::int64_t>(e.b);
-      out.push_back(Token{mix(1, e.b), index, live_});
+      out.push_back(Token{mix(1, e.b), index, live_ - static_cast<std::int64_t>(e.b), live_});
       break;
     case EventKind::Free: {
       auto it = sizes_.find(e.a);
       const std::uint64_t bytes = it == sizes_.end() ? 0 : it->second;
       if (it != sizes_.end()) sizes_.erase(it);
       live_ -= static_cast<std::int64_t>(bytes);
-      out.push_back(Token{mix(2, bytes), index, live_});
+      out.push_back(Token{mix(2, bytes), index, live_ + static_cast<std::int64_t>(bytes), live_});
       break;
     }
     case EventKind::Launch:

@@ -16,6 +16,7 @@ namespace tierrt::policy {
 struct Token {
   std::uint64_t hash = 0;
   std::uint32_t event = 0;        // index of the event that opened the token
+  std::int64_t live_before = 0;   // bytes live just before this token's event
   std::int64_t live_after = 0;    // bytes live once this token's event has happened
 };
 

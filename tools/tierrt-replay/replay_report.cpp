@@ -48,7 +48,7 @@ void print_table(std::ostream& out, const ReportContext& ctx, const policy::Comp
     const bool bounded = p.name != "none";
     std::snprintf(line, sizeof line, "%-8s %9.2f %10.1f %8s %9s %9.2f %8s %9s %7u %s\n", p.name.c_str(),
                   s.peak_bytes / kGiB, s.step_ns / 1e6, fmt("%+.2f%%", 100 * p.overhead_vs_none).c_str(),
-                  c.bound.feasible ? fmt("%+.2f%%", 100 * p.overhead_vs_bound).c_str() : "-",
+                  c.bound.feasible && bounded ? fmt("%+.2f%%", 100 * p.overhead_vs_bound).c_str() : "-",
                   (s.bytes_d2h + s.bytes_h2d) / kGiB, fmt("%.0f%%", 100 * p.activation_off).c_str(),
                   percent_or_dash(s.prefetch_hit_rate()).c_str(), s.demand_fetches,
                   !bounded ? "n/a" : s.over_budget_bytes == 0 ? "held" : "EXCEEDED");
@@ -74,7 +74,7 @@ void write_csv_rows(std::ostream& out, const ReportContext& ctx, const policy::C
         << ',' << p.name << ',' << fmt("%.4f", s.peak_bytes / kGiB) << ',' << fmt("%.3f", s.step_ns / 1e6) << ','
         << fmt("%.3f", c.compute_ns / 1e6) << ',' << (c.bound.feasible ? fmt("%.3f", c.bound.step_ns() / 1e6) : "")
         << ',' << fmt("%.5f", p.overhead_vs_none) << ','
-        << (c.bound.feasible ? fmt("%.5f", p.overhead_vs_bound) : "") << ',' << fmt("%.4f", s.bytes_d2h / kGiB) << ','
+        << (c.bound.feasible && p.name != "none" ? fmt("%.5f", p.overhead_vs_bound) : "") << ',' << fmt("%.4f", s.bytes_d2h / kGiB) << ','
         << fmt("%.4f", s.bytes_h2d / kGiB) << ',' << fmt("%.4f", p.activation_off) << ','
         << (s.prefetch_hit_rate() < 0 ? "" : fmt("%.4f", s.prefetch_hit_rate())) << ',' << s.demand_fetches << ','
         << (p.name == "none" ? "" : s.over_budget_bytes == 0 ? "yes" : "no") << '\n';

@@ -1,0 +1,212 @@
+#include "policies/policy_engine.hpp"
+
+#include <algorithm>
+
+#include "policies/lifetime_classifier.hpp"
+
+namespace tierrt::policy {
+namespace {
+
+bool prefix_matches(const std::vector<Token>& seen, const std::vector<std::uint64_t>& want) {
+  return seen.size() <= want.size() &&
+         std::equal(seen.begin(), seen.end(), want.begin(), [](const Token& a, std::uint64_t h) { return a.hash == h; });
+}
+
+// The learned step's first tokens: seeing them again, after a step that went astray,
+// marks where the next step began.
+constexpr std::size_t kResyncTokens = 32;
+
+}  // namespace
+
+PolicyEngine::PolicyEngine(Options options) : options_(std::move(options)), planner_(options_.planner) {}
+
+void PolicyEngine::record(const Event& e) {
+  if (e.kind == EventKind::Step) {
+    markers_seen_ = true;
+    std::vector<Token> flushed;  // the last launch of the step that ends here
+    tokenizer_.finish(flushed);
+    for (const auto& t : flushed) on_token(t);
+    if (step_open_) {
+      close_step(events_.size());
+    } else {  // everything before the first marker is set-up
+      for (const Event& p : events_) track_live(live_at_step_begin_, p);
+    }
+    step_open_ = true;
+    begin_step();
+    return;
+  }
+  const auto index = static_cast<std::uint32_t>(events_.size());
+  events_.push_back(e);
+  if (e.kind == EventKind::Alloc) by_ordinal_.push_back(e.a);
+  if (e.kind == EventKind::Launch) ++launches_;
+  scratch_.clear();  // reused: no allocation per event once warm
+  tokenizer_.feed(e, index, scratch_);
+  for (const auto& t : scratch_) on_token(t);
+  // Look for a period only when no launch token is pending, so that the detector's
+  // tokens are exactly the ones seen so far; doubling the wait keeps it amortised O(n).
+  // Also when the learned step stopped coming back (a changed shape): learn anew.
+  if (!markers_seen_ && (!learned_ || !on_reference_) && events_.size() >= next_detect_ &&
+      (e.kind == EventKind::Alloc || e.kind == EventKind::Free))
+    try_detect_steps();
+}
+
+void PolicyEngine::on_token(const Token& t) {
+  tokens_.push_back(t);
+  const std::size_t k = tokens_.size() - 1;
+  std::erase_if(candidates_, [&](std::size_t c) {
+    const auto& want = plans_[c].expected_tokens;
+    return k >= want.size() || want[k] != t.hash;
+  });
+  if (markers_seen_ || !learned_) return;
+  // Without markers: a step that completed the learned token sequence ends where the
+  // next token begins; one that went astray ends where the learned step starts again.
+  const std::size_t n = reference_.size();
+  if (on_reference_) {
+    if (k == n) {
+      restart_from(t.event, k);
+      return;
+    }
+    on_reference_ = reference_[k] == t.hash;
+    if (on_reference_) return;
+  }
+  const std::size_t probe = std::min(kResyncTokens, n);
+  if (tokens_.size() <= probe) return;
+  const std::size_t from = tokens_.size() - probe;
+  for (std::size_t i = 0; i < probe; ++i)
+    if (tokens_[from + i].hash != reference_[i]) return;
+  restart_from(tokens_[from].event, from);
+}
+
+void PolicyEngine::restart_from(std::size_t split_event, std::size_t split_token) {
+  Trace tail(events_.begin() + static_cast<std::ptrdiff_t>(split_event), events_.end());
+  std::vector<Token> tail_tokens(tokens_.begin() + static_cast<std::ptrdiff_t>(split_token), tokens_.end());
+  events_.resize(split_event);
+  tokens_.resize(split_token);
+  close_step(events_.size());
+  begin_step();
+  for (const Event& ev : tail) {
+    if (ev.kind == EventKind::Alloc) by_ordinal_.push_back(ev.a);
+    if (ev.kind == EventKind::Launch) ++launches_;
+    events_.push_back(ev);
+  }
+  for (Token tt : tail_tokens) {
+    tt.event -= static_cast<std::uint32_t>(split_event);
+    tokens_.push_back(tt);
+  }
+  std::erase_if(candidates_, [&](std::size_t c) { return !prefix_matches(tokens_, plans_[c].expected_tokens); });
+  on_reference_ = prefix_matches(tokens_, reference_);
+}
+
+void PolicyEngine::try_detect_steps() {
+  next_detect_ = events_.size() * 2;
+  // The engine's own tokens: it knows the sizes of blocks from before the buffer.
+  const auto d = detect_steps(events_, tokens_);
+  if (d.period_tokens == 0 || d.step_count() < 3) return;  // two complete steps and the current one
+  // Learn every complete step; the last span may be unfinished and stays current.
+  const StepSpan& current = d.spans.back();
+  LiveBlocks live = live_at_step_begin_;
+  std::size_t pos = 0;
+  for (const auto& s : d.spans) {
+    if (&s == &current) break;
+    for (; pos < s.begin_event; ++pos) track_live(live, events_[pos]);
+    if (s.prologue) continue;
+    const std::span<const Event> ev(events_.data() + s.begin_event, s.end_event - s.begin_event);
+    StepTimeline tl = build_timeline(ev, live);
+    pos = s.end_event;
+    tl.tokens = d.token_hashes(s);
+    std::vector<std::uint32_t> at;
+    for (std::size_t t = s.begin_token; t < s.end_token; ++t)
+      at.push_back(d.tokens[t].event - static_cast<std::uint32_t>(s.begin_event));
+    tl.token_op = launches_before(ev, at);
+    tl.signature = s.signature;
+    classify(tl);
+    SimResult nothing;  // learned after the fact: no plan was followed, nothing measured
+    nothing.late_ns.assign(tl.blocks.size(), 0);
+    nothing.demanded.assign(tl.blocks.size(), 0);
+    planner_.observe(tl, nothing);
+    ++steps_completed_;
+    if (s.shape == d.dominant_shape) reference_ = tl.tokens, step_events_ = ev.size();
+  }
+  for (; pos < current.begin_event; ++pos) track_live(live, events_[pos]);
+  live_at_step_begin_ = std::move(live);
+  learned_ = !reference_.empty();
+  // The current step continues from the last span's first event.
+  Trace tail(events_.begin() + static_cast<std::ptrdiff_t>(current.begin_event), events_.end());
+  begin_step();
+  for (const Event& ev : tail) {
+    if (ev.kind == EventKind::Alloc) by_ordinal_.push_back(ev.a);
+    if (ev.kind == EventKind::Launch) ++launches_;
+    events_.push_back(ev);
+  }
+  for (std::size_t t = current.begin_token; t < current.end_token; ++t) {
+    Token tt = d.tokens[t];
+    tt.event -= static_cast<std::uint32_t>(current.begin_event);
+    tokens_.push_back(tt);
+  }
+  std::erase_if(candidates_, [&](std::size_t c) { return !prefix_matches(tokens_, plans_[c].expected_tokens); });
+  on_reference_ = prefix_matches(tokens_, reference_);
+}
+
+void PolicyEngine::close_step(std::size_t end_event) {
+  const std::span<const Event> ev(events_.data(), std::min(end_event, events_.size()));
+  if (on_reference_) step_events_ = ev.size();
+  LiveBlocks live = live_at_step_begin_;
+  StepTimeline tl = build_timeline(ev, live);
+  live_at_step_begin_ = std::move(live);
+  if (tl.ops.empty()) return;  // nothing ran: not a step
+  std::vector<std::uint32_t> at;
+  for (const auto& t : tokens_)
+    if (t.event < ev.size()) tl.tokens.push_back(t.hash), at.push_back(t.event);
+  tl.token_op = launches_before(ev, at);
+  tl.signature = step_signature(tl.tokens);
+  classify(tl);
+  // What the mover reported, per block of the observed step.
+  SimResult outcome;
+  outcome.late_ns.assign(tl.blocks.size(), 0);
+  outcome.demanded.assign(tl.blocks.size(), 0);
+  for (auto [ord, ns] : late_)
+    if (ord < tl.by_ordinal.size()) outcome.late_ns[tl.by_ordinal[ord]] += ns, ++outcome.late_prefetches;
+  for (auto ord : demanded_)
+    if (ord < tl.by_ordinal.size()) outcome.demanded[tl.by_ordinal[ord]] = 1, ++outcome.demand_fetches;
+  if (!candidates_.empty()) {
+    outcome.plan_alternative = static_cast<int>(candidates_.front());
+    outcome.plan_ops = static_cast<std::uint32_t>(tl.ops.size());
+  }
+  planner_.observe(tl, outcome);
+  ++steps_completed_;
+}
+
+void PolicyEngine::begin_step() {
+  events_.clear();
+  tokens_.clear();
+  by_ordinal_.clear();
+  late_.clear();
+  demanded_.clear();
+  launches_ = 0;
+  on_reference_ = true;
+  // Without markers, a step that has run three learned steps long without the
+  // learned step reappearing is worth a fresh look for a period.
+  next_detect_ = learned_ ? 3 * std::max<std::size_t>(step_events_, 64) : std::max<std::size_t>(next_detect_, 1024);
+  plans_.clear();
+  candidates_.clear();
+  if (steps_completed_ == 0) return;
+  StepContext ctx{steps_completed_, options_.budget, options_.link, nullptr};
+  plans_ = planner_.plan_step(ctx);
+  for (std::size_t i = 0; i < plans_.size(); ++i) candidates_.push_back(i);
+}
+
+std::span<const Trigger> PolicyEngine::triggers_for_next_launch() const {
+  if (candidates_.empty()) return {};
+  return plans_[candidates_.front()].triggers.at(launches_);
+}
+
+std::optional<BlockId> PolicyEngine::block_of(std::uint32_t ordinal) const {
+  if (ordinal >= by_ordinal_.size()) return std::nullopt;
+  return by_ordinal_[ordinal];
+}
+
+void PolicyEngine::report_late(std::uint32_t ordinal, double late_ns) { late_.emplace_back(ordinal, late_ns); }
+
+void PolicyEngine::report_demand_fetch(std::uint32_t ordinal) { demanded_.push_back(ordinal); }
+
+}  // namespace tierrt::policy
