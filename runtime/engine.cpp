@@ -69,6 +69,13 @@ const Settings* Engine::settings_if_read() noexcept { return g_off ? nullptr : g
 Engine::Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext ctx)
     : settings_(s), alloc_(std::move(a)), ctx_(ctx) {
   if (!s.record.empty() || !s.trace.empty()) recorder_ = std::make_unique<Recorder>(s.record, s.trace);
+  if (s.mode == Mode::kTier && s.policy == "planner")
+    policy_ = std::make_unique<PolicyThread>(*alloc_, ctx, alloc_->stats().device_budget);
+}
+
+void Engine::emit(const policy::Event& e) noexcept {
+  if (recorder_ && recorder_->events_on()) recorder_->event(e);
+  if (policy_) policy_->post(e);
 }
 
 Engine* Engine::start() noexcept {
@@ -136,12 +143,17 @@ void Engine::sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes) noe
 
 void Engine::note_launch(const BlockList& blocks, CUstream stream) noexcept {
   const std::uint64_t seq = launches_.fetch_add(1, std::memory_order_relaxed);
-  if (!recorder_) return;
-  if (recorder_->events_on()) {
+  if (!recorder_ && !policy_) return;
+  const policy::StreamId sid = recorder_ ? recorder_->stream_id(stream) : 0;
+  if (recorder_ && recorder_->events_on()) {
     std::uint64_t ids[BlockList::kMax];
     int n = 0;
     for (alloc::Block* b : blocks.span()) ids[n++] = b->va;
-    recorder_->launch(seq, recorder_->stream_id(stream), ids, n);
+    recorder_->launch(seq, sid, ids, n);
+  }
+  if (policy_) {
+    policy_->post(policy::Event::launch(seq, 0, sid));
+    for (alloc::Block* b : blocks.span()) policy_->post(policy::Event::use(b->va, seq, sid));
   }
   // Residency over time, every 256 launches: enough to draw, cheap to keep.
   if ((seq & 255) == 0) sample(SampleKind::kLaunches, 0, 0);
@@ -149,20 +161,17 @@ void Engine::note_launch(const BlockList& blocks, CUstream stream) noexcept {
 
 void Engine::note_step() noexcept {
   const std::uint64_t index = steps_.fetch_add(1, std::memory_order_relaxed);
-  if (!recorder_) return;
-  if (recorder_->events_on()) recorder_->event(policy::Event::step(index));
+  emit(policy::Event::step(index));
   sample(SampleKind::kStep, index, 0);
 }
 
 void Engine::note_phase(int phase) noexcept {
-  if (!recorder_) return;
-  if (recorder_->events_on()) recorder_->event(policy::Event::phase(static_cast<policy::Phase>(phase)));
+  emit(policy::Event::phase(static_cast<policy::Phase>(phase)));
   sample(SampleKind::kPhase, static_cast<std::uint64_t>(phase), 0);
 }
 
 void Engine::note_sync(CUstream stream, bool all_streams) noexcept {
-  if (recorder_ && recorder_->events_on())
-    recorder_->event(policy::Event::sync(all_streams ? policy::kAllStreams : recorder_->stream_id(stream)));
+  if (listening()) emit(policy::Event::sync(all_streams || !recorder_ ? policy::kAllStreams : recorder_->stream_id(stream)));
 }
 
 bool Engine::on_engine_context() const noexcept {
@@ -185,10 +194,8 @@ CUresult Engine::allocate(CUdeviceptr* out, size_t bytes, CUstream stream) noexc
   if (r != CUDA_SUCCESS) return r;
   if (alloc::Block* b = alloc_->lookup(*out)) {
     add_live(static_cast<std::int64_t>(b->size));
-    if (recorder_) {
-      if (recorder_->events_on()) recorder_->event(policy::Event::alloc(b->va, b->size, recorder_->stream_id(stream)));
-      sample(SampleKind::kAlloc, b->va, b->size);
-    }
+    if (listening()) emit(policy::Event::alloc(b->va, b->size, recorder_ ? recorder_->stream_id(stream) : 0));
+    sample(SampleKind::kAlloc, b->va, b->size);
   }
   return r;
 }
@@ -200,10 +207,8 @@ bool Engine::free(CUdeviceptr ptr, CUstream stream, CUresult* result) noexcept {
   *result = alloc_->free(ptr, stream);
   if (*result == CUDA_SUCCESS && size) {
     add_live(-static_cast<std::int64_t>(size));
-    if (recorder_) {
-      if (recorder_->events_on()) recorder_->event(policy::Event::free(ptr, recorder_->stream_id(stream)));
-      sample(SampleKind::kFree, ptr, size);
-    }
+    if (listening()) emit(policy::Event::free(ptr, recorder_ ? recorder_->stream_id(stream) : 0));
+    sample(SampleKind::kFree, ptr, size);
   }
   return true;
 }

@@ -17,6 +17,7 @@
 #include "allocator/allocator.h"
 #include "runtime/capture_tracker.h"
 #include "runtime/param_layouts.h"
+#include "runtime/policy_thread.h"
 #include "runtime/recorder.h"
 #include "runtime/settings.h"
 
@@ -86,11 +87,15 @@ class Engine {
   std::uint64_t steps() const noexcept { return steps_.load(); }
   std::uint64_t live_bytes() const noexcept { return live_bytes_.load(); }
   std::uint64_t peak_live_bytes() const noexcept { return peak_live_bytes_.load(); }
+  const PolicyThread* planner() const noexcept { return policy_.get(); }
 
  private:
   Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext ctx);
   void add_live(std::int64_t delta) noexcept;
   void sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes) noexcept;
+  // An event for whoever listens: the recording and the planner.
+  void emit(const policy::Event& e) noexcept;
+  bool listening() const noexcept { return policy_ || (recorder_ && recorder_->events_on()); }
   static void after_fork_in_child() noexcept;
   static void at_exit() noexcept;
 
@@ -102,6 +107,7 @@ class Engine {
   ParamLayouts layouts_;
   CaptureTracker captures_;
   std::unique_ptr<Recorder> recorder_;  // null unless TIERRT_RECORD or TIERRT_TRACE
+  std::unique_ptr<PolicyThread> policy_;  // null unless TIERRT_POLICY=planner
   std::atomic<std::uint64_t> launches_{0}, steps_{0};
   std::atomic<std::uint64_t> live_bytes_{0}, peak_live_bytes_{0};
 };

@@ -39,9 +39,9 @@ bool read_settings(Settings* out, std::string* error, config::GetenvFn getenv_fn
   }
   if (!config::read_allocator_config(&s.allocator, error, getenv_fn)) return false;
   if (const char* v = value_of(getenv_fn, "TIERRT_POLICY")) {
-    auto k = config::parse_choice("TIERRT_POLICY", v, {"reactive"}, error);
+    auto k = config::parse_choice("TIERRT_POLICY", v, {"reactive", "planner"}, error);
     if (!k) return false;
-    s.policy = "reactive";
+    s.policy = *k == 0 ? "reactive" : "planner";
   }
   if (const char* v = value_of(getenv_fn, "TIERRT_VIRTUAL_MEMINFO")) {
     if (!parse_flag("TIERRT_VIRTUAL_MEMINFO", v, &s.virtual_meminfo, error)) return false;

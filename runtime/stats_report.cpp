@@ -43,6 +43,10 @@ void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
   t.bytes_fetched = s.bytes_fetched;
   t.launches_seen = e.launches();
   t.steps_marked = e.steps();
+  if (const PolicyThread* p = e.planner()) {
+    t.planned_spills = p->spills_issued();
+    t.planned_prefetches = p->prefetches_issued();
+  }
   size_t n = out->struct_size && out->struct_size < sizeof t ? out->struct_size : sizeof t;
   std::memcpy(out, &t, n);
   out->struct_size = n;
@@ -80,6 +84,10 @@ void write_stats_report(const Engine& e) noexcept {
                static_cast<unsigned long long>(s.cache_hits));
   std::fprintf(f, "  launches seen           %10llu; steps marked %llu\n", static_cast<unsigned long long>(t.launches_seen),
                static_cast<unsigned long long>(t.steps_marked));
+  if (e.planner())
+    std::fprintf(f, "  planner                 %10llu spills, %llu prefetches started; %llu events dropped\n",
+                 static_cast<unsigned long long>(t.planned_spills), static_cast<unsigned long long>(t.planned_prefetches),
+                 static_cast<unsigned long long>(e.planner()->dropped()));
   std::fprintf(f, "  live bytes per class   ");
   for (int c = 0; c < 8; ++c)
     if (s.class_bytes[c]) std::fprintf(f, " %s %.1f MiB", kClassNames[c], mib(s.class_bytes[c]));

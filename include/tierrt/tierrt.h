@@ -55,6 +55,8 @@ typedef struct tierrt_stats {
   uint64_t bytes_fetched;
   uint64_t launches_seen;
   uint64_t steps_marked;            /* tierrt_mark_step calls */
+  uint64_t planned_spills;          /* spills the planner started (TIERRT_POLICY=planner) */
+  uint64_t planned_prefetches;      /* prefetches the planner started */
 } tierrt_stats;
 
 /* "0.1.0" */

@@ -3,7 +3,7 @@
 //   probe PATH [SCENARIO]
 // PATH: direct | dlsym | procaddr-11030 | procaddr-12000 | procaddr-13000 |
 //       procaddr-ptsz | cudart-like
-// SCENARIO: oversubscribe (default) | kernel | capture | torch | fork | exit-in-flight | off
+// SCENARIO: oversubscribe (default) | training | kernel | capture | torch | fork | exit-in-flight | off
 // It allocates three times the device's memory in idle blocks, fills them,
 // reads them all back bit for bit, and asks tierrt's own stats (not its log)
 // whether its hooks carried the allocations. Exit status 0 means success.
@@ -264,6 +264,77 @@ void captured_graph_keeps_block_resident(const Api& a) {
               static_cast<unsigned long long>(st.spills));
 }
 
+// A training loop: each step writes one activation per layer going forward
+// and reads them back in reverse going backward, more than the device budget
+// holds. A device-side check flags any activation that does not hold what
+// its layer wrote, in every step. With the planner, spills and prefetches
+// come from the learned step.
+uint32_t act_value(uint32_t step, uint32_t layer, size_t i) { return step * 7919u + layer * 104729u + static_cast<uint32_t>(i); }
+
+void forward_kernel(const simdev_launch* l) {
+  auto* out = *static_cast<uint32_t* const*>(l->params[0]);
+  size_t n = *static_cast<const size_t*>(l->params[1]);
+  uint32_t step = *static_cast<const uint32_t*>(l->params[2]), layer = *static_cast<const uint32_t*>(l->params[3]);
+  for (size_t i = 0; i < n; ++i) out[i] = act_value(step, layer, i);
+}
+
+void backward_kernel(const simdev_launch* l) {
+  auto* act = *static_cast<uint32_t* const*>(l->params[0]);
+  size_t n = *static_cast<const size_t*>(l->params[1]);
+  uint32_t step = *static_cast<const uint32_t*>(l->params[2]), layer = *static_cast<const uint32_t*>(l->params[3]);
+  auto* flag = *static_cast<uint32_t* const*>(l->params[4]);
+  for (size_t i = 0; i < n; i += 997)
+    if (act[i] != act_value(step, layer, i)) *flag += 1;
+}
+
+void training_loop(const Api& a) {
+  const size_t fwd_sizes[] = {8, 8, 4, 4};
+  const size_t bwd_sizes[] = {8, 8, 4, 4, 8};
+  simdev_kernel_desc fwd{"tierrt_probe_forward", &forward_kernel, 4, fwd_sizes, nullptr, 300000};
+  simdev_kernel_desc bwd{"tierrt_probe_backward", &backward_kernel, 5, bwd_sizes, nullptr, 300000};
+  if (simdev_try_register_kernel(&fwd) != 0 || simdev_try_register_kernel(&bwd) != 0)
+    fail("this scenario runs on simdev only");
+  CUmodule m;
+  CUfunction ff, fb;
+  check(a.load_module(&m, "simdev host kernels"), "cuModuleLoadData");
+  check(a.get_function(&ff, m, "tierrt_probe_forward"), "cuModuleGetFunction");
+  check(a.get_function(&fb, m, "tierrt_probe_backward"), "cuModuleGetFunction");
+  auto mark_step = reinterpret_cast<void (*)()>(dlsym(RTLD_DEFAULT, "tierrt_mark_step"));
+  CUdeviceptr flag;
+  check(a.alloc(&flag, 4096), "cuMemAlloc (flag)");
+  check(cuMemsetD32(flag, 0, 1), "cuMemsetD32");
+  const uint32_t layers = 24, steps = 6;
+  const size_t bytes = 8u << 20, n = bytes / 4;
+  std::vector<CUdeviceptr> act(layers);
+  for (uint32_t step = 0; step < steps; ++step) {
+    for (uint32_t l = 0; l < layers; ++l) {
+      check(a.alloc(&act[l], bytes), "cuMemAlloc (activation)");
+      void* params[] = {&act[l], const_cast<size_t*>(&n), &step, &l};
+      check(a.launch(ff, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel (forward)");
+    }
+    for (uint32_t l = layers; l-- > 0;) {
+      void* params[] = {&act[l], const_cast<size_t*>(&n), &step, &l, &flag};
+      check(a.launch(fb, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel (backward)");
+      check(a.free(act[l]), "cuMemFree (activation)");
+    }
+    if (mark_step) mark_step();
+    uint32_t bad = 0;
+    check(a.dtoh(&bad, flag, 4), "cuMemcpyDtoH (flag)");
+    if (bad) fail("step " + std::to_string(step) + ": " + std::to_string(bad) + " activation words were wrong");
+  }
+  tierrt_stats st{};
+  if (!tierrt_stats_now(&st)) fail("tierrt is not running");
+  if (st.spills == 0 || st.fetches == 0) fail("the activations never left the device");
+  std::printf("%u steps x %u layers x %zu MiB, every activation intact; spilled %llu, fetched %llu (%llu on demand); "
+              "planner started %llu spills, %llu prefetches\n",
+              steps, layers, bytes >> 20, static_cast<unsigned long long>(st.spills),
+              static_cast<unsigned long long>(st.fetches), static_cast<unsigned long long>(st.demand_fetches),
+              static_cast<unsigned long long>(st.planned_spills), static_cast<unsigned long long>(st.planned_prefetches));
+  if (const char* p = std::getenv("TIERRT_POLICY"); p && std::string(p) == "planner" &&
+                                                    (st.planned_spills == 0 || st.planned_prefetches == 0))
+    fail("the planner never acted on the learned step");
+}
+
 // PyTorch's pluggable-allocator entry points, called the way PyTorch calls
 // them: a size, a device, and the stream the memory is for.
 void torch_entry_points(const Api& a) {
@@ -328,6 +399,8 @@ int main(int argc, char** argv) {
     oversubscribe(a, true);
   } else if (scenario == "off") {
     oversubscribe(a, false);
+  } else if (scenario == "training") {
+    training_loop(a);
   } else if (scenario == "capture") {
     captured_graph_keeps_block_resident(a);
   } else if (scenario == "torch") {

@@ -110,11 +110,13 @@ TEST_F(SettingsTest, SpillMode) {
 }
 
 TEST_F(SettingsTest, Policy) {
-  g_env = {{"TIERRT_POLICY", "reactive"}};
-  Settings s;
-  std::string err;
-  ASSERT_TRUE(read(&s, &err)) << err;
-  EXPECT_EQ("reactive", s.policy);
+  for (const char* v : {"reactive", "planner"}) {
+    g_env = {{"TIERRT_POLICY", v}};
+    Settings s;
+    std::string err;
+    ASSERT_TRUE(read(&s, &err)) << err;
+    EXPECT_EQ(v, s.policy);
+  }
   expect_refused("TIERRT_POLICY", "magic");
 }
 
