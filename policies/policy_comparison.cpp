@@ -10,6 +10,16 @@
 #include "policies/replay.hpp"
 
 namespace tierrt::policy {
+
+namespace {
+// step / reference - 1; a step of no time against no time costs nothing, and
+// anything against no time has no ratio (NaN, printed as n/a).
+double overhead(double step_ns, double reference_ns) {
+  if (reference_ns > 0) return step_ns / reference_ns - 1;
+  return step_ns > 0 ? std::numeric_limits<double>::quiet_NaN() : 0.0;
+}
+}  // namespace
+
 namespace {
 
 bool has_roles(const StepTimeline& tl) {
@@ -23,8 +33,8 @@ PolicyFigures run_one(const std::vector<StepTimeline>& steps, Policy& p, const L
   f.name = run.policy;
   f.first = run.steps.front();
   f.steady = std::move(run.steps.back());
-  f.overhead_vs_none = f.steady.step_ns / c.compute_ns - 1;
-  f.overhead_vs_bound = c.bound.feasible ? f.steady.step_ns / c.bound.step_ns() - 1 : 0;
+  f.overhead_vs_none = overhead(f.steady.step_ns, c.compute_ns);
+  f.overhead_vs_bound = c.bound.feasible ? overhead(f.steady.step_ns, c.bound.step_ns()) : 0;
   f.activation_off = c.activation_bytes == 0 ? 0
                                              : static_cast<double>(f.steady.spilled_activation_bytes) /
                                                    static_cast<double>(c.activation_bytes);
@@ -84,7 +94,7 @@ Comparison compare_policies(const std::vector<StepTimeline>& steps, const std::v
   const bool roles = has_roles(last);
   for (const std::string& name : names) {
     if (name == "tierrt" && all_off) {
-      all_off->overhead_vs_bound = all_off->steady.step_ns / c.bound.step_ns() - 1;
+      all_off->overhead_vs_bound = overhead(all_off->steady.step_ns, c.bound.step_ns());
       c.policies.push_back(*all_off);
       continue;
     }

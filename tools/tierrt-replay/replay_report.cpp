@@ -1,5 +1,6 @@
 #include "replay_report.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <string>
 
@@ -15,6 +16,9 @@ std::string fmt(const char* f, double v) {
 }
 
 std::string percent_or_dash(double v) { return v < 0 ? "-" : fmt("%.1f%%", 100 * v); }
+
+// An overhead as a signed percentage; "n/a" when there is no ratio.
+std::string percent(double overhead) { return std::isfinite(overhead) ? fmt("%+.2f%%", 100 * overhead) : "n/a"; }
 
 }  // namespace
 
@@ -47,8 +51,8 @@ void print_table(std::ostream& out, const ReportContext& ctx, const policy::Comp
     const auto& s = p.steady;
     const bool bounded = p.name != "none";
     std::snprintf(line, sizeof line, "%-8s %9.2f %10.1f %8s %9s %9.2f %8s %9s %7u %s\n", p.name.c_str(),
-                  s.peak_bytes / kGiB, s.step_ns / 1e6, fmt("%+.2f%%", 100 * p.overhead_vs_none).c_str(),
-                  c.bound.feasible && bounded ? fmt("%+.2f%%", 100 * p.overhead_vs_bound).c_str() : "-",
+                  s.peak_bytes / kGiB, s.step_ns / 1e6, percent(p.overhead_vs_none).c_str(),
+                  c.bound.feasible && bounded ? percent(p.overhead_vs_bound).c_str() : "-",
                   (s.bytes_d2h + s.bytes_h2d) / kGiB, fmt("%.0f%%", 100 * p.activation_off).c_str(),
                   percent_or_dash(s.prefetch_hit_rate()).c_str(), s.demand_fetches,
                   !bounded ? "n/a" : s.over_budget_bytes == 0 ? "held" : "EXCEEDED");
