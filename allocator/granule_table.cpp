@@ -6,6 +6,10 @@
 
 namespace tierrt::alloc {
 
+namespace {
+constexpr std::size_t kLeafHeader = 64;  // the Leaf, then its entries on their own cache line
+}  // namespace
+
 GranuleTable::GranuleTable(unsigned granule_shift)
     : shift_(granule_shift > kLeafShift ? kLeafShift : granule_shift),
       leaf_entries_(std::size_t{1} << (kLeafShift - shift_)),
@@ -17,13 +21,14 @@ GranuleTable::GranuleTable(unsigned granule_shift)
   top_ = static_cast<std::atomic<Leaf*>*>(p);
 }
 
+std::size_t GranuleTable::leaf_bytes() const noexcept {
+  return kLeafHeader + leaf_entries_ * sizeof(std::atomic<std::uintptr_t>);
+}
+
 GranuleTable::~GranuleTable() {
   for (std::size_t i = 0; i < kTopEntries; ++i) {
     Leaf* l = top_[i].load(std::memory_order_relaxed);
-    if (l != nullptr) {
-      delete[] l->e;
-      delete l;
-    }
+    if (l != nullptr) munmap(l, leaf_bytes());
   }
   munmap(top_, kTopEntries * sizeof(std::atomic<Leaf*>));
 }
@@ -36,8 +41,14 @@ GranuleTable::Leaf* GranuleTable::leaf_for(std::uintptr_t addr) {
   std::lock_guard<std::mutex> g(grow_mu_);
   l = top_[top].load(std::memory_order_acquire);
   if (l == nullptr) {
-    l = new Leaf{new std::atomic<std::uintptr_t>[leaf_entries_]};
-    for (std::size_t i = 0; i < leaf_entries_; ++i) l->e[i].store(0, std::memory_order_relaxed);
+    // Leaves live in mmap'd memory like the top level, so the only pointers
+    // to them are in memory leak checkers do not scan either way; zero pages
+    // are the empty entries.
+    void* p = mmap(nullptr, leaf_bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    l = static_cast<Leaf*>(p);
+    static_assert(sizeof(Leaf) <= kLeafHeader);
+    l->e = reinterpret_cast<std::atomic<std::uintptr_t>*>(static_cast<char*>(p) + kLeafHeader);
     top_[top].store(l, std::memory_order_release);
   }
   return l;

@@ -19,6 +19,7 @@ class GranuleTable {
   // granule_shift: log2 of the allocation granularity (at most kLeafShift).
   explicit GranuleTable(unsigned granule_shift);
   ~GranuleTable();
+  std::size_t leaf_bytes() const noexcept;  // one leaf: header, then its entries
   GranuleTable(const GranuleTable&) = delete;
   GranuleTable& operator=(const GranuleTable&) = delete;
 
