@@ -57,9 +57,11 @@ __attribute__((visibility("hidden"))) void* tierrt_dlvsym_driver_symbol(void* ha
   return fn ? answer(name, fn(handle, name, version)) : nullptr;
 }
 
-#if !defined(__x86_64__)
-// Without the trampoline, dlsym(RTLD_NEXT, ...) from another library is
-// resolved relative to libtierrt.so rather than to its caller.
+#if !defined(__x86_64__) && !defined(__aarch64__)
+// Architectures without a trampoline (the dlsym_trampoline_<arch>.S files
+// that preload/meson.build selects). Here dlsym(RTLD_NEXT, ...) from another
+// library may be resolved relative to libtierrt.so rather than to its
+// caller, unless the compiler happens to turn these calls into tail calls.
 void* dlsym(void* handle, const char* name) {
   if (name && name[0] == 'c' && name[1] == 'u') return tierrt_dlsym_driver_symbol(handle, name);
   return tierrt::drv::real_dlsym()(handle, name);
