@@ -57,6 +57,24 @@ struct Stats {
   std::uint64_t rescues = 0, trimmed_bytes = 0;
 };
 
+// What the mover saw, for whoever plans the moves (the runtime's policy).
+// Called without the allocator's lock, from the thread that saw it: the
+// demand and late callbacks from a launch being enqueued (keep them short,
+// no blocking), copy_done from the mover thread.
+class MoveObserver {
+ public:
+  enum class Direction : std::uint8_t { ToHost, ToDevice };
+  // A launch needed a spilled block: it is fetched on demand.
+  virtual void demand_fetch(const Block& b) noexcept = 0;
+  // A launch had to wait `late_ns` for a fetch already under way.
+  virtual void late_fetch(const Block& b, std::uint64_t late_ns) noexcept = 0;
+  // One spill or fetch copy: its bytes and its duration on the device.
+  virtual void copy_done(Direction d, std::uint64_t bytes, std::uint64_t ns) noexcept = 0;
+
+ protected:
+  ~MoveObserver() = default;
+};
+
 class Impl;
 
 class Allocator {
@@ -97,6 +115,9 @@ class Allocator {
                       bool capturing = false) noexcept;
 
   void set_class(Block* b, std::uint8_t cls) noexcept;
+  // Tells `observer` (null: nobody) what the mover sees from now on. It must
+  // outlive the allocator.
+  void set_observer(MoveObserver* observer) noexcept;
   // Returns cached device memory to the driver (at least `bytes`, or all).
   std::uint64_t trim(std::uint64_t bytes = UINT64_MAX) noexcept;
   // Waits until every started spill and fetch is finalised.

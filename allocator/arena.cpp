@@ -114,6 +114,7 @@ Impl::~Impl() {
   for (CUdeviceptr p : raw) (void)TIERRT_CU(cuMemFree, p);
   for (UseEvent& e : ev_storage)
     if (e.ev) (void)TIERRT_CU(cuEventDestroy, e.ev);
+  for (CUevent e : timing_free) (void)TIERRT_CU(cuEventDestroy, e);
   if (d2h) (void)TIERRT_CU(cuStreamDestroy, d2h);
   if (h2d) (void)TIERRT_CU(cuStreamDestroy, h2d);
   host.shutdown();

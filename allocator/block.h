@@ -60,6 +60,8 @@ struct Block {
   std::atomic<State> state{State::Freed};
   std::atomic<std::uint32_t> pins{0};     // launches being enqueued right now
   std::atomic<UseEvent*> ready{nullptr};  // fetch event consumers must wait on
+  // When a launch first waited on the fetch under way (steady-clock ns; 0: none).
+  std::atomic<std::uint64_t> needed_since{0};
   bool remapping = false;   // the VA's mapping is being changed: wait
   bool captured = false;    // named by a captured graph: stays resident
   std::uint32_t gen = 0;    // bumped when a spill starts or is aborted

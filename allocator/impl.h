@@ -52,6 +52,7 @@ struct MoveOp {
   CUmemGenericAllocationHandle host = 0;  // remap host chunk
   void* host_buf = nullptr;               // copy pinned buffer
   std::uint64_t host_bytes = 0;           // reserved against the host budget
+  CUevent copy_begin = nullptr, copy_end = nullptr;  // timing pair around the copy (may be null)
 };
 
 class Impl {
@@ -94,6 +95,11 @@ class Impl {
   void drain();
   UseEvent* acquire_event();
   void unref(UseEvent* e);
+  // A timing-enabled pair for measuring one copy; both null when none can be made.
+  void acquire_timing(MoveOp* op);
+  void release_timing(MoveOp* op);
+  // Reports the copy's bytes and device time to the observer (after its event completed).
+  void report_copy(const MoveOp& op);
   void clear_uses_locked(Block* b, std::vector<UseEvent*>* drop);
   Stats stats() const;
 
@@ -128,6 +134,9 @@ class Impl {
   std::mutex ev_mu;
   UseEvent* ev_free = nullptr;
   std::deque<UseEvent> ev_storage;
+  std::vector<CUevent> timing_free;  // guarded by ev_mu
+  std::size_t timing_made = 0;       // guarded by ev_mu
+  std::atomic<MoveObserver*> observer{nullptr};
 
   std::deque<MoveOp*> ops;         // guarded by mu
   std::size_t ops_in_flight = 0;   // queued or being finalised

@@ -18,10 +18,24 @@
 //   pins to drop and blocks new ones (Block::remapping);
 // - a fetch hands back its event; consumers wait on it with cuStreamWaitEvent.
 #include <algorithm>
+#include <chrono>
 
 #include "allocator/impl.h"
 
 namespace tierrt::alloc {
+
+namespace {
+
+std::uint64_t steady_ns() noexcept {
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
+          .count());
+}
+
+// Block::needed_since for a fetch started on demand: nobody waits "late" on it.
+constexpr std::uint64_t kDemandFetch = 1;
+
+}  // namespace
 
 const char* state_name(State s) noexcept {
   switch (s) {
@@ -86,6 +100,46 @@ void Impl::unref(UseEvent* e) {
     e->next_free = ev_free;
     ev_free = e;
   }
+}
+
+void Impl::acquire_timing(MoveOp* op) {
+  CUevent pair[2] = {nullptr, nullptr};
+  {
+    std::lock_guard<std::mutex> g(ev_mu);
+    for (CUevent& e : pair)
+      if (!timing_free.empty()) {
+        e = timing_free.back();
+        timing_free.pop_back();
+      }
+  }
+  for (CUevent& e : pair)
+    if (e == nullptr && TIERRT_CU(cuEventCreate, &e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) e = nullptr;
+  op->copy_begin = pair[0];
+  op->copy_end = pair[1];
+  if (op->copy_begin == nullptr || op->copy_end == nullptr) release_timing(op);  // measuring is optional
+}
+
+void Impl::release_timing(MoveOp* op) {
+  std::lock_guard<std::mutex> g(ev_mu);
+  for (CUevent* e : {&op->copy_begin, &op->copy_end})
+    if (*e != nullptr) {
+      timing_free.push_back(*e);
+      *e = nullptr;
+    }
+}
+
+// Around the copy on `s`: a failed record only loses the measurement.
+static void time_copy_edge(Impl& impl, MoveOp* op, CUevent e, CUstream s) {
+  if (e != nullptr && TIERRT_CU(cuEventRecord, e, s) != CUDA_SUCCESS) impl.release_timing(op);
+}
+
+void Impl::report_copy(const MoveOp& op) {
+  MoveObserver* o = observer.load(std::memory_order_acquire);
+  if (o == nullptr || op.copy_begin == nullptr || op.copy_end == nullptr) return;
+  float ms = 0;
+  if (TIERRT_CU(cuEventElapsedTime, &ms, op.copy_begin, op.copy_end) != CUDA_SUCCESS || !(ms > 0)) return;
+  o->copy_done(op.kind == MoveOp::Spill ? MoveObserver::Direction::ToHost : MoveObserver::Direction::ToDevice,
+               op.b->size, static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6));
 }
 
 void Impl::clear_uses_locked(Block* b, std::vector<UseEvent*>* drop) {
@@ -180,9 +234,12 @@ SpillResult Impl::spill(Block* b) {
     unref(waits[i]);
   }
   if (r == CUDA_SUCCESS) {
+    acquire_timing(op);
+    time_copy_edge(*this, op, op->copy_begin, d2h);
     r = mode == SpillMode::Remap
             ? TIERRT_CU(cuMemcpyAsync, b->shadow, b->va, b->size, d2h)
             : TIERRT_CU(cuMemcpyDtoHAsync, op->host_buf, b->va, b->size, d2h);
+    if (r == CUDA_SUCCESS) time_copy_edge(*this, op, op->copy_end, d2h);
   }
   if (r == CUDA_SUCCESS) {
     op->ev = acquire_event();
@@ -198,6 +255,7 @@ SpillResult Impl::spill(Block* b) {
     }
     if (op->host_buf != nullptr) host.free_pinned(op->host_buf);
     unref(op->ev);
+    release_timing(op);
     host_budget.release(host_bytes);
     delete op;
     std::lock_guard<std::mutex> g(mu);
@@ -254,9 +312,12 @@ CUresult Impl::fetch(Block* b, CUstream consumer, bool demand) {
       ++b->ops_pending;
       ++ops_in_flight;
       if (demand) ++n_demand;
+      b->needed_since.store(demand ? kDemandFetch : 0, std::memory_order_relaxed);
       break;
     }
   }
+  if (op != nullptr && demand)
+    if (MoveObserver* o = observer.load(std::memory_order_acquire)) o->demand_fetch(*b);
   if (op == nullptr) {
     CUresult r = CUDA_SUCCESS;
     if (wait_for != nullptr) {
@@ -287,11 +348,20 @@ CUresult Impl::fetch(Block* b, CUstream consumer, bool demand) {
             (void)map_rw(b->va, b->mapped, op->host, true);
           }
         }
-        if (r == CUDA_SUCCESS) r = TIERRT_CU(cuMemcpyAsync, b->va, b->shadow, b->size, h2d);
+        if (r == CUDA_SUCCESS) {
+          acquire_timing(op);
+          time_copy_edge(*this, op, op->copy_begin, h2d);
+          r = TIERRT_CU(cuMemcpyAsync, b->va, b->shadow, b->size, h2d);
+        }
       } else {
         r = map_rw(b->va, b->mapped, d, false);
-        if (r == CUDA_SUCCESS) r = TIERRT_CU(cuMemcpyHtoDAsync, b->va, op->host_buf, b->size, h2d);
+        if (r == CUDA_SUCCESS) {
+          acquire_timing(op);
+          time_copy_edge(*this, op, op->copy_begin, h2d);
+          r = TIERRT_CU(cuMemcpyHtoDAsync, b->va, op->host_buf, b->size, h2d);
+        }
       }
+      if (r == CUDA_SUCCESS) time_copy_edge(*this, op, op->copy_end, h2d);
       if (r == CUDA_SUCCESS) {
         op->ev = acquire_event();
         r = op->ev ? TIERRT_CU(cuEventRecord, op->ev->ev, h2d) : CUDA_ERROR_OUT_OF_MEMORY;
@@ -307,6 +377,7 @@ CUresult Impl::fetch(Block* b, CUstream consumer, bool demand) {
   }
   if (r != CUDA_SUCCESS) {
     unref(op->ev);
+    release_timing(op);
     delete op;
     std::lock_guard<std::mutex> g(mu);
     b->remapping = false;
@@ -342,6 +413,17 @@ CUresult Impl::fetch(Block* b, CUstream consumer, bool demand) {
 void Impl::finalize(MoveOp* op) {
   Block* b = op->b;
   (void)TIERRT_CU(cuEventSynchronize, op->ev->ev);
+  // An aborted spill's copy still ran: it measures the link all the same.
+  report_copy(*op);
+  release_timing(op);
+  if (op->kind == MoveOp::Fetch) {
+    const std::uint64_t since = b->needed_since.exchange(0, std::memory_order_relaxed);
+    if (since > kDemandFetch)
+      if (MoveObserver* o = observer.load(std::memory_order_acquire)) {
+        const std::uint64_t now = steady_ns();
+        o->late_fetch(*b, now > since ? now - since : 0);
+      }
+  }
   if (op->kind == MoveOp::Spill) {
     bool keep = false;
     {
@@ -480,6 +562,14 @@ CUresult Impl::ensure_resident(std::span<Block* const> blocks, CUstream s) {
       }
     }
     if (wait_for != nullptr) {
+      // A prefetch still under way when the launch needs it is late: the
+      // mover reports by how much once it completes.
+      if (b->needed_since.load(std::memory_order_relaxed) == 0 &&
+          observer.load(std::memory_order_relaxed) != nullptr &&
+          TIERRT_CU(cuEventQuery, wait_for->ev) == CUDA_ERROR_NOT_READY) {
+        std::uint64_t none = 0;
+        b->needed_since.compare_exchange_strong(none, steady_ns(), std::memory_order_relaxed);
+      }
       CUresult r = TIERRT_CU(cuStreamWaitEvent, s, wait_for->ev, 0u);
       unref(wait_for);
       if (r != CUDA_SUCCESS) {
@@ -675,6 +765,9 @@ CUresult Allocator::record_use(std::span<Block* const> blocks, CUstream stream,
 }
 
 void Allocator::drain() noexcept { impl_->drain(); }
+void Allocator::set_observer(MoveObserver* observer) noexcept {
+  impl_->observer.store(observer, std::memory_order_release);
+}
 Stats Allocator::stats() const noexcept { return impl_->stats(); }
 
 }  // namespace tierrt::alloc

@@ -38,7 +38,7 @@ namespace tierrt::drv {
   X(cuStreamSynchronize) X(cuStreamQuery) X(cuStreamWaitEvent)              \
   X(cuStreamIsCapturing) X(cuStreamBeginCapture) X(cuStreamEndCapture)      \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)       \
-  X(cuEventSynchronize)                                                     \
+  X(cuEventSynchronize) X(cuEventElapsedTime)                               \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)              \
   X(cuLaunchKernel) X(cuLaunchKernelEx) X(cuLaunchCooperativeKernel)        \
   X(cuFuncGetParamInfo)

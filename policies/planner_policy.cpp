@@ -34,6 +34,7 @@ std::vector<StepPlan> PlannerPolicy::plan_step(const StepContext& ctx) {
 
 void PlannerPolicy::observe(const StepTimeline& observed, const SimResult& outcome) {
   ++observed_;
+  last_signature_ = observed.signature;
   auto [it, fresh] = shapes_.try_emplace(observed.signature);
   Shape& shape = it->second;
   // Feedback only applies when the plan followed was made for this very shape.
@@ -64,6 +65,11 @@ void PlannerPolicy::observe(const StepTimeline& observed, const SimResult& outco
                                    [](auto& a, auto& b) { return a.second.last_seen < b.second.last_seen; });
     shapes_.erase(oldest);
   }
+}
+
+double PlannerPolicy::lead_ns(std::uint32_t ordinal) const {
+  auto it = shapes_.find(last_signature_);
+  return it == shapes_.end() ? 0 : it->second.leads.at(ordinal);
 }
 
 }  // namespace tierrt::policy

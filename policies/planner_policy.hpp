@@ -26,6 +26,8 @@ class PlannerPolicy final : public Policy {
   std::uint64_t mispredictions() const { return mispredictions_; }
   std::uint64_t late_prefetches() const { return late_prefetches_; }
   std::size_t shapes_known() const { return shapes_.size(); }
+  // The extra lead the feedback gave `ordinal`'s prefetch in the shape observed last.
+  double lead_ns(std::uint32_t ordinal) const;
 
  private:
   struct Shape {
@@ -45,6 +47,7 @@ class PlannerPolicy final : public Policy {
   PlannerOptions options_;
   std::unordered_map<std::uint64_t, Shape> shapes_;
   std::uint64_t last_budget_ = 0;
+  std::uint64_t last_signature_ = 0;
   std::size_t observed_ = 0;
   std::uint64_t mispredictions_ = 0, late_prefetches_ = 0;
 };

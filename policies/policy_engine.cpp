@@ -36,9 +36,7 @@ void PolicyEngine::record(const Event& e) {
     return;
   }
   const auto index = static_cast<std::uint32_t>(events_.size());
-  events_.push_back(e);
-  if (e.kind == EventKind::Alloc) by_ordinal_.push_back(e.a);
-  if (e.kind == EventKind::Launch) ++launches_;
+  append(e);
   scratch_.clear();  // reused: no allocation per event once warm
   tokenizer_.feed(e, index, scratch_);
   for (const auto& t : scratch_) on_token(t);
@@ -48,6 +46,15 @@ void PolicyEngine::record(const Event& e) {
   if (!markers_seen_ && (!learned_ || !on_reference_) && events_.size() >= next_detect_ &&
       (e.kind == EventKind::Alloc || e.kind == EventKind::Free))
     try_detect_steps();
+}
+
+void PolicyEngine::append(const Event& e) {
+  events_.push_back(e);
+  if (e.kind == EventKind::Alloc) {
+    ordinal_by_block_[e.a] = static_cast<std::uint32_t>(by_ordinal_.size());
+    by_ordinal_.push_back(e.a);
+  }
+  if (e.kind == EventKind::Launch) ++launches_;
 }
 
 void PolicyEngine::on_token(const Token& t) {
@@ -84,11 +91,7 @@ void PolicyEngine::restart_from(std::size_t split_event, std::size_t split_token
   tokens_.resize(split_token);
   close_step(events_.size());
   begin_step();
-  for (const Event& ev : tail) {
-    if (ev.kind == EventKind::Alloc) by_ordinal_.push_back(ev.a);
-    if (ev.kind == EventKind::Launch) ++launches_;
-    events_.push_back(ev);
-  }
+  for (const Event& ev : tail) append(ev);
   for (Token tt : tail_tokens) {
     tt.event -= static_cast<std::uint32_t>(split_event);
     tokens_.push_back(tt);
@@ -133,11 +136,7 @@ void PolicyEngine::try_detect_steps() {
   // The current step continues from the last span's first event.
   Trace tail(events_.begin() + static_cast<std::ptrdiff_t>(current.begin_event), events_.end());
   begin_step();
-  for (const Event& ev : tail) {
-    if (ev.kind == EventKind::Alloc) by_ordinal_.push_back(ev.a);
-    if (ev.kind == EventKind::Launch) ++launches_;
-    events_.push_back(ev);
-  }
+  for (const Event& ev : tail) append(ev);
   for (std::size_t t = current.begin_token; t < current.end_token; ++t) {
     Token tt = d.tokens[t];
     tt.event -= static_cast<std::uint32_t>(current.begin_event);
@@ -166,8 +165,16 @@ void PolicyEngine::close_step(std::size_t end_event) {
   outcome.demanded.assign(tl.blocks.size(), 0);
   for (auto [ord, ns] : late_)
     if (ord < tl.by_ordinal.size()) outcome.late_ns[tl.by_ordinal[ord]] += ns, ++outcome.late_prefetches;
+  // A demand fetch stalls its launch for the whole fetch, as the simulator counts it.
+  LinkModel link = options_.link;
+  if (tl.measured_h2d_bps > 0) link.h2d_bytes_per_s = tl.measured_h2d_bps;
   for (auto ord : demanded_)
-    if (ord < tl.by_ordinal.size()) outcome.demanded[tl.by_ordinal[ord]] = 1, ++outcome.demand_fetches;
+    if (ord < tl.by_ordinal.size()) {
+      const std::uint32_t b = tl.by_ordinal[ord];
+      outcome.demanded[b] = 1, ++outcome.demand_fetches;
+      outcome.late_ns[b] += link.h2d_ns(static_cast<double>(tl.blocks[b].bytes));
+    }
+  for (double ns : outcome.late_ns) outcome.stall_ns += ns;
   if (!candidates_.empty()) {
     outcome.plan_alternative = static_cast<int>(candidates_.front());
     outcome.plan_ops = static_cast<std::uint32_t>(tl.ops.size());
@@ -180,6 +187,7 @@ void PolicyEngine::begin_step() {
   events_.clear();
   tokens_.clear();
   by_ordinal_.clear();
+  ordinal_by_block_.clear();
   late_.clear();
   demanded_.clear();
   launches_ = 0;
@@ -198,6 +206,17 @@ void PolicyEngine::begin_step() {
 std::span<const Trigger> PolicyEngine::triggers_for_next_launch() const {
   if (candidates_.empty()) return {};
   return plans_[candidates_.front()].triggers.at(launches_);
+}
+
+std::span<const Trigger> PolicyEngine::triggers_ahead(std::uint32_t ahead) const {
+  if (candidates_.empty()) return {};
+  return plans_[candidates_.front()].triggers.at(launches_ + ahead);
+}
+
+std::optional<std::uint32_t> PolicyEngine::ordinal_of(BlockId block) const {
+  auto it = ordinal_by_block_.find(block);
+  if (it == ordinal_by_block_.end()) return std::nullopt;
+  return it->second;
 }
 
 std::optional<BlockId> PolicyEngine::block_of(std::uint32_t ordinal) const {

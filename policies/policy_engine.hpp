@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "policies/event.hpp"
@@ -44,10 +45,16 @@ class PolicyEngine {
   // Triggers for the launch about to be issued in the current step (its index is
   // the number of launches recorded since the step began).
   std::span<const Trigger> triggers_for_next_launch() const;
+  // Triggers for the launch `ahead` launches after the next one (0: the next one),
+  // for a caller that learns of launches after they were issued.
+  std::span<const Trigger> triggers_ahead(std::uint32_t ahead) const;
   // The block a trigger names: the one allocated `ordinal`-th in the current step.
   std::optional<BlockId> block_of(std::uint32_t ordinal) const;
+  // The other way round: the latest ordinal `block` had in the current step.
+  std::optional<std::uint32_t> ordinal_of(BlockId block) const;
 
-  // What the mover saw in the current step; it feeds the next plan.
+  // What the mover saw in the current step; it feeds the next plan. A demand
+  // fetch counts as a misprediction and as late by the fetch's modeled time.
   void report_late(std::uint32_t ordinal, double late_ns);
   void report_demand_fetch(std::uint32_t ordinal);
 
@@ -64,6 +71,7 @@ class PolicyEngine {
   void close_step(std::size_t end_event);
   void begin_step();
   void try_detect_steps();
+  void append(const Event& e);  // to the current step, with its ordinal and launch count
 
   Options options_;
   PlannerPolicy planner_;
@@ -80,6 +88,7 @@ class PolicyEngine {
   std::vector<Token> tokens_;                 // its tokens, event indices relative to events_
   std::uint32_t launches_ = 0;
   std::vector<BlockId> by_ordinal_;
+  std::unordered_map<BlockId, std::uint32_t> ordinal_by_block_;
   std::vector<StepPlan> plans_;               // alternatives offered for this step
   std::vector<std::size_t> candidates_;       // those still matching what happened
   std::vector<std::pair<std::uint32_t, double>> late_;

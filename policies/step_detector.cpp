@@ -135,7 +135,7 @@ void segment_by_markers(const Trace& trace, StepDetection& d) {
   };
   auto add = [&](std::size_t b, std::size_t e, bool prologue) {
     const std::size_t tb = token_at(b), te = token_at(e);
-    if (prologue && tb == te) return;
+    if (tb == te) return;  // nothing happened (a marker at the very end, or two in a row)
     d.spans.push_back(StepSpan{b, e, tb, te, signature_of(d.tokens, tb, te - tb), 0, prologue});
   };
   if (marks.front() > 0) add(0, marks.front(), true);

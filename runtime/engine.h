@@ -16,6 +16,7 @@
 
 #include "allocator/allocator.h"
 #include "runtime/capture_tracker.h"
+#include "runtime/move_feedback.h"
 #include "runtime/param_layouts.h"
 #include "runtime/policy_thread.h"
 #include "runtime/recorder.h"
@@ -88,6 +89,7 @@ class Engine {
   std::uint64_t live_bytes() const noexcept { return live_bytes_.load(); }
   std::uint64_t peak_live_bytes() const noexcept { return peak_live_bytes_.load(); }
   const PolicyThread* planner() const noexcept { return policy_.get(); }
+  const MoveFeedback& moves() const noexcept { return *feedback_; }
 
  private:
   Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext ctx);
@@ -108,6 +110,7 @@ class Engine {
   CaptureTracker captures_;
   std::unique_ptr<Recorder> recorder_;  // null unless TIERRT_RECORD or TIERRT_TRACE
   std::unique_ptr<PolicyThread> policy_;  // null unless TIERRT_POLICY=planner
+  std::unique_ptr<MoveFeedback> feedback_;  // the allocator's observer
   std::atomic<std::uint64_t> launches_{0}, steps_{0};
   std::atomic<std::uint64_t> live_bytes_{0}, peak_live_bytes_{0};
 };

@@ -32,8 +32,18 @@ PolicyThread::PolicyThread(alloc::Allocator& allocator, CUcontext ctx, std::uint
 
 PolicyThread::~PolicyThread() = default;
 
+void PolicyThread::post(const policy::Event& e) noexcept { push(e, Channel::Event); }
+
+void PolicyThread::post_demand_fetch(policy::BlockId block) noexcept {
+  push(policy::Event{policy::EventKind::Use, 0, 0, block, 0}, Channel::DemandFetch);
+}
+
+void PolicyThread::post_late_fetch(policy::BlockId block, std::uint64_t late_ns) noexcept {
+  push(policy::Event{policy::EventKind::Use, 0, 0, block, late_ns}, Channel::LateFetch);
+}
+
 // Multi-producer ring: each slot's turn says whose write or read is next.
-void PolicyThread::post(const policy::Event& e) noexcept {
+void PolicyThread::push(const policy::Event& e, Channel channel) noexcept {
   std::uint64_t pos = head_.load(std::memory_order_relaxed);
   for (;;) {
     Slot& s = ring_[pos & (kSlots - 1)];
@@ -42,6 +52,7 @@ void PolicyThread::post(const policy::Event& e) noexcept {
       if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
         s.event = e;
         s.ns = steady_ns();
+        s.channel = channel;
         s.turn.store(pos + 1, std::memory_order_release);
         break;
       }
@@ -58,11 +69,12 @@ void PolicyThread::post(const policy::Event& e) noexcept {
   }
 }
 
-bool PolicyThread::take(policy::Event* e, std::uint64_t* ns) noexcept {
+bool PolicyThread::take(policy::Event* e, std::uint64_t* ns, Channel* channel) noexcept {
   Slot& s = ring_[tail_ & (kSlots - 1)];
   if (s.turn.load(std::memory_order_acquire) != tail_ + 1) return false;
   *e = s.event;
   *ns = s.ns;
+  *channel = s.channel;
   s.turn.store(tail_ + kSlots, std::memory_order_release);
   ++tail_;
   return true;
@@ -72,8 +84,9 @@ void PolicyThread::run() {
   drv::table().cuCtxSetCurrent(ctx_);
   policy::Event e;
   std::uint64_t ns = 0;
+  Channel channel = Channel::Event;
   for (;;) {
-    while (take(&e, &ns)) feed(e, ns);
+    while (take(&e, &ns, &channel)) channel == Channel::Event ? feed(e, ns) : report(channel, e);
     std::unique_lock lock(mu_);
     sleeping_.store(true, std::memory_order_release);
     // Re-check after announcing sleep, so a post in between is not missed.
@@ -84,10 +97,26 @@ void PolicyThread::run() {
   }
 }
 
+void PolicyThread::report(Channel channel, const policy::Event& e) {
+  const auto ordinal = engine_->ordinal_of(e.a);
+  if (!ordinal) return;  // a block from before the step: not the plan's
+  if (channel == Channel::DemandFetch) {
+    engine_->report_demand_fetch(*ordinal);
+    demand_reports_.fetch_add(1, std::memory_order_relaxed);
+  } else {
+    engine_->report_late(*ordinal, static_cast<double>(e.b));
+    late_reports_.fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
 void PolicyThread::feed(const policy::Event& e, std::uint64_t ns) {
   using policy::EventKind;
   if (e.kind == EventKind::Use && held_) {
     held_uses_.push_back(e);
+    return;
+  }
+  if (e.kind == EventKind::CopyRate) {  // posted by the mover whenever: no launch's end
+    engine_->record(e);
     return;
   }
   if (held_) {
@@ -96,6 +125,17 @@ void PolicyThread::feed(const policy::Event& e, std::uint64_t ns) {
     record_launch_held();
   }
   if (e.kind == EventKind::Launch) {
+    // The launch is out, its uses recorded: spill what it used last, and
+    // bring back what it and the launch after it need (this thread learns of
+    // a launch only once it was issued).
+    if (engine_->steps_completed() != deferred_step_) {  // ordinals name another step's blocks now
+      deferred_.clear();
+      deferred_step_ = engine_->steps_completed();
+    }
+    retry_deferred();
+    act(engine_->triggers_ahead(0), policy::Action::Spill);
+    act(engine_->triggers_ahead(0), policy::Action::Prefetch);
+    act(engine_->triggers_ahead(1), policy::Action::Prefetch);
     held_ = true;
     held_launch_ = e;
     held_ns_ = ns;
@@ -107,15 +147,8 @@ void PolicyThread::feed(const policy::Event& e, std::uint64_t ns) {
 
 void PolicyThread::record_launch_held() {
   held_ = false;
-  // The triggers of the launch about to be recorded: prefetches fire as it
-  // is issued, spills once it (the block's last use before its idle gap) is
-  // enqueued; the allocator's spill waits for that use on the device.
-  const auto slice = engine_->triggers_for_next_launch();
-  triggers_.assign(slice.begin(), slice.end());
-  act(policy::Action::Prefetch);
   engine_->record(held_launch_);
   for (const policy::Event& u : held_uses_) engine_->record(u);
-  act(policy::Action::Spill);
 }
 
 alloc::Block* PolicyThread::block_for(std::uint32_t ordinal) const {
@@ -125,18 +158,35 @@ alloc::Block* PolicyThread::block_for(std::uint32_t ordinal) const {
   return b && b->va == *id ? b : nullptr;
 }
 
-void PolicyThread::act(policy::Action action) {
-  for (const policy::Trigger& t : triggers_) {
-    if (t.action != action) continue;
-    alloc::Block* b = block_for(t.ordinal);
-    if (!b) continue;
-    const alloc::State st = b->st();
-    if (action == policy::Action::Prefetch && (st == alloc::State::Spilled || st == alloc::State::Spilling)) {
-      if (allocator_.prefetch(b, nullptr) == CUDA_SUCCESS) prefetches_.fetch_add(1, std::memory_order_relaxed);
-    } else if (action == policy::Action::Spill && st == alloc::State::Resident) {
-      if (allocator_.spill(b) == alloc::SpillResult::Started) spills_.fetch_add(1, std::memory_order_relaxed);
-    }
+// A spill waits (in the allocator) for the block's recorded uses on the device;
+// a prefetch of a block already coming back is a no-op.
+void PolicyThread::act(std::span<const policy::Trigger> triggers, policy::Action action) {
+  for (const policy::Trigger& t : triggers)
+    if (t.action == action && !carry_out(t) && deferred_.size() < kMaxDeferred) deferred_.push_back({t, 0});
+}
+
+// False when the trigger could not be carried out yet but may be later: a
+// prefetch with no device memory free (the spills that make room are still
+// copying), or a spill of a block a launch is enqueuing right now.
+bool PolicyThread::carry_out(const policy::Trigger& t) {
+  alloc::Block* b = block_for(t.ordinal);
+  if (!b) return true;
+  const alloc::State st = b->st();
+  if (t.action == policy::Action::Prefetch && (st == alloc::State::Spilled || st == alloc::State::Spilling)) {
+    const CUresult r = allocator_.prefetch(b, nullptr);
+    if (r == CUDA_SUCCESS) prefetches_.fetch_add(1, std::memory_order_relaxed);
+    return r != CUDA_ERROR_OUT_OF_MEMORY;
   }
+  if (t.action == policy::Action::Spill && st == alloc::State::Resident) {
+    const alloc::SpillResult r = allocator_.spill(b);
+    if (r == alloc::SpillResult::Started) spills_.fetch_add(1, std::memory_order_relaxed);
+    return r != alloc::SpillResult::Busy;
+  }
+  return true;
+}
+
+void PolicyThread::retry_deferred() {
+  std::erase_if(deferred_, [&](Deferred& d) { return carry_out(d.trigger) || ++d.tries >= kDeferredTries; });
 }
 
 }  // namespace tierrt

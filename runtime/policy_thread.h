@@ -5,10 +5,13 @@
 // ahead of its next) through the allocator. The launch path never plans,
 // never waits for this thread, and never takes its lock.
 //
-// The thread runs a launch or so behind the launches themselves (it learns a
-// launch's duration when the next one arrives), so a prefetch it issues may
-// arrive late: the launch then waits on it (or fetches on demand), correct
-// either way.
+// The thread learns of a launch after it was issued, so it acts on a launch's
+// triggers as soon as it takes the launch from the ring (spills of blocks the
+// launch used last, prefetches for it and for the launch after it) and only
+// holds the launch back for the engine until its duration is known. A prefetch
+// may still arrive late: the launch then waits on it (or fetches on demand),
+// correct either way, and the mover's report of it moves the prefetch earlier
+// in the next step's plan.
 #pragma once
 
 #include <cuda.h>
@@ -18,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <vector>
 
 #include "allocator/allocator.h"
@@ -37,25 +41,38 @@ class PolicyThread {
   ~PolicyThread();
 
   void post(const policy::Event& e) noexcept;
+  // What the mover saw (see alloc::MoveObserver), for the current step's feedback.
+  void post_demand_fetch(policy::BlockId block) noexcept;
+  void post_late_fetch(policy::BlockId block, std::uint64_t late_ns) noexcept;
 
   std::uint64_t dropped() const noexcept { return dropped_.load(); }
   std::uint64_t prefetches_issued() const noexcept { return prefetches_.load(); }
   std::uint64_t spills_issued() const noexcept { return spills_.load(); }
+  // Mover reports that named a block of the step they arrived in.
+  std::uint64_t demand_reports() const noexcept { return demand_reports_.load(); }
+  std::uint64_t late_reports() const noexcept { return late_reports_.load(); }
 
  private:
+  // What a slot carries: an event, or a mover report (event.a = block, event.b = ns).
+  enum class Channel : std::uint8_t { Event, DemandFetch, LateFetch };
   struct Slot {
     std::atomic<std::uint64_t> turn{0};
     policy::Event event;
     std::uint64_t ns = 0;
+    Channel channel = Channel::Event;
   };
   static constexpr std::uint64_t kSlots = 1u << 16;
 
+  void push(const policy::Event& e, Channel channel) noexcept;
   void run();
-  bool take(policy::Event* e, std::uint64_t* ns) noexcept;
+  bool take(policy::Event* e, std::uint64_t* ns, Channel* channel) noexcept;
   void feed(const policy::Event& e, std::uint64_t ns);
+  void report(Channel channel, const policy::Event& e);
   void record_launch_held();
   alloc::Block* block_for(std::uint32_t ordinal) const;
-  void act(policy::Action action);
+  void act(std::span<const policy::Trigger> triggers, policy::Action action);
+  bool carry_out(const policy::Trigger& t);
+  void retry_deferred();
 
   alloc::Allocator& allocator_;
   CUcontext ctx_;
@@ -67,13 +84,23 @@ class PolicyThread {
   std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<std::uint64_t> dropped_{0}, prefetches_{0}, spills_{0};
+  std::atomic<std::uint64_t> demand_reports_{0}, late_reports_{0};
 
   // The launch held back until its duration is known, and the uses that came with it.
   bool held_ = false;
   policy::Event held_launch_{};
   std::uint64_t held_ns_ = 0;
   std::vector<policy::Event> held_uses_;
-  std::vector<policy::Trigger> triggers_;
+
+  // Triggers that could not be carried out yet, tried again at each launch.
+  struct Deferred {
+    policy::Trigger trigger;
+    std::uint32_t tries = 0;
+  };
+  static constexpr std::size_t kMaxDeferred = 256;
+  static constexpr std::uint32_t kDeferredTries = 64;
+  std::vector<Deferred> deferred_;
+  std::size_t deferred_step_ = 0;
 };
 
 }  // namespace tierrt

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "runtime/engine.h"
@@ -43,6 +44,9 @@ void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
   t.bytes_fetched = s.bytes_fetched;
   t.launches_seen = e.launches();
   t.steps_marked = e.steps();
+  t.late_fetches = e.moves().late_fetches();
+  t.d2h_bytes_per_s = e.moves().bytes_per_s(alloc::MoveObserver::Direction::ToHost);
+  t.h2d_bytes_per_s = e.moves().bytes_per_s(alloc::MoveObserver::Direction::ToDevice);
   if (const PolicyThread* p = e.planner()) {
     t.planned_spills = p->spills_issued();
     t.planned_prefetches = p->prefetches_issued();
@@ -78,16 +82,24 @@ void write_stats_report(const Engine& e) noexcept {
                static_cast<unsigned long long>(t.fetches), mib(t.bytes_fetched),
                static_cast<unsigned long long>(prefetched), static_cast<unsigned long long>(t.demand_fetches));
   if (t.fetches)
-    std::fprintf(f, "  prefetch hit rate       %10.1f %%\n", 100.0 * static_cast<double>(prefetched) / t.fetches);
+    std::fprintf(f, "  prefetch hit rate       %10.1f %% (%llu prefetches late, by %.2f ms in all)\n",
+                 100.0 * static_cast<double>(prefetched - std::min(prefetched, t.late_fetches)) / t.fetches,
+                 static_cast<unsigned long long>(t.late_fetches), static_cast<double>(e.moves().late_ns()) / 1e6);
+  if (t.d2h_bytes_per_s || t.h2d_bytes_per_s)
+    std::fprintf(f, "  copies, measured        %10.2f GB/s device to host, %.2f GB/s host to device\n",
+                 static_cast<double>(t.d2h_bytes_per_s) / 1e9, static_cast<double>(t.h2d_bytes_per_s) / 1e9);
   std::fprintf(f, "  allocations             %10llu tracked, %llu reached the driver (%llu cache hits)\n",
                static_cast<unsigned long long>(t.allocations), static_cast<unsigned long long>(t.driver_allocations),
                static_cast<unsigned long long>(s.cache_hits));
   std::fprintf(f, "  launches seen           %10llu; steps marked %llu\n", static_cast<unsigned long long>(t.launches_seen),
                static_cast<unsigned long long>(t.steps_marked));
   if (e.planner())
-    std::fprintf(f, "  planner                 %10llu spills, %llu prefetches started; %llu events dropped\n",
+    std::fprintf(f, "  planner                 %10llu spills, %llu prefetches started; %llu events dropped; "
+                 "mover reported %llu demand fetches, %llu late prefetches\n",
                  static_cast<unsigned long long>(t.planned_spills), static_cast<unsigned long long>(t.planned_prefetches),
-                 static_cast<unsigned long long>(e.planner()->dropped()));
+                 static_cast<unsigned long long>(e.planner()->dropped()),
+                 static_cast<unsigned long long>(e.planner()->demand_reports()),
+                 static_cast<unsigned long long>(e.planner()->late_reports()));
   std::fprintf(f, "  live bytes per class   ");
   for (int c = 0; c < 8; ++c)
     if (s.class_bytes[c]) std::fprintf(f, " %s %.1f MiB", kClassNames[c], mib(s.class_bytes[c]));

@@ -2,6 +2,7 @@
 // states" (one test each), the cache, OOM rescue and the host budget.
 #include <dlfcn.h>
 
+#include <atomic>
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -161,6 +162,74 @@ TEST_P(Modes, InvariantConsumerStreamWaitsOnPrefetchEvent) {
   CU_OK(a->free(b->va, consumer));
   CU_OK(a->free(out, consumer));
   CU_OK(cuStreamDestroy(consumer));
+}
+
+// What the mover reports to the runtime's policy: every copy's bytes and
+// device time, a launch that needed a spilled block (demand), and a launch
+// that had to wait on a prefetch still under way (late, by how much).
+struct RecordingObserver final : MoveObserver {
+  std::atomic<int> demand{0}, late{0}, to_host{0}, to_device{0};
+  std::atomic<std::uint64_t> late_ns{0}, min_copy_ns{UINT64_MAX}, bytes{0};
+  void demand_fetch(const Block&) noexcept override { ++demand; }
+  void late_fetch(const Block&, std::uint64_t ns) noexcept override {
+    ++late;
+    late_ns += ns;
+  }
+  void copy_done(Direction d, std::uint64_t n, std::uint64_t ns) noexcept override {
+    ++(d == Direction::ToHost ? to_host : to_device);
+    bytes += n;
+    std::uint64_t m = min_copy_ns.load();
+    while (ns < m && !min_copy_ns.compare_exchange_weak(m, ns)) {
+    }
+  }
+};
+
+TEST_P(Modes, ObserverHearsCopyTimesDemandAndLateFetches) {
+  auto a = make(GetParam());
+  RecordingObserver seen;
+  a->set_observer(&seen);
+  const std::size_t n = 64 * MiB;  // 16 ms each way on the 4 GB/s link
+  Block* b = alloc(*a, n);
+  CU_OK(fill(*a, b, nullptr, 3));
+  ASSERT_EQ(a->spill(b), SpillResult::Started);
+  a->drain();
+  EXPECT_EQ(seen.to_host.load(), 1);
+  // Device time of the copy: the link is throttled, so it cannot be faster.
+  EXPECT_GE(seen.min_copy_ns.load(), n * 1e9 / 4e9 * 0.9);
+
+  // A launch on the spilled block: a demand fetch, not a late one.
+  std::vector<std::uint8_t> back;
+  CU_OK(read(*a, b, &back));
+  a->drain();
+  EXPECT_EQ(seen.demand.load(), 1);
+  EXPECT_EQ(seen.late.load(), 0);
+  EXPECT_EQ(seen.to_device.load(), 1);
+
+  // A prefetch the launch overtakes: late, by a part of the copy's time.
+  ASSERT_EQ(a->spill(b), SpillResult::Started);
+  a->drain();
+  CU_OK(a->prefetch(b, nullptr));
+  CU_OK(read(*a, b, &back));
+  a->drain();
+  EXPECT_EQ(seen.demand.load(), 1);
+  EXPECT_EQ(seen.late.load(), 1);
+  EXPECT_GT(seen.late_ns.load(), 0u);
+  EXPECT_EQ(seen.to_host.load(), 2);
+  EXPECT_EQ(seen.to_device.load(), 2);
+  EXPECT_EQ(seen.bytes.load(), 4 * n);
+  const auto want = expected(n, 3);
+  EXPECT_TRUE(back == want);
+
+  // A prefetch that completed before the launch: neither late nor demanded.
+  ASSERT_EQ(a->spill(b), SpillResult::Started);
+  a->drain();
+  CU_OK(a->prefetch(b, nullptr));
+  a->drain();
+  CU_OK(read(*a, b, &back));
+  EXPECT_EQ(seen.demand.load(), 1);
+  EXPECT_EQ(seen.late.load(), 1);
+  a->set_observer(nullptr);
+  CU_OK(a->free(b->va, nullptr));
 }
 
 // Invariant: nothing is spilled or fetched while a stream that touches the

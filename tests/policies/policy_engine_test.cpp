@@ -185,5 +185,122 @@ TEST(PolicyEngine, MoverReportsFeedThePlanner) {
   EXPECT_EQ(engine.planner().mispredictions(), 1u);
 }
 
+
+// The step-`step` plan's prefetch launch for `ordinal` (UINT32_MAX: none), with
+// `report` called at the first launch of step 2 of the trace.
+template <class Report>
+std::uint32_t prefetch_op_in_step(const Fixture& f, const char* link, std::size_t step_wanted, std::uint32_t ordinal,
+                                  Report report) {
+  PolicyEngine engine({f.budget, parse_link(link), {}});
+  std::size_t step = static_cast<std::size_t>(-1);
+  std::uint32_t launch = 0, found = UINT32_MAX;
+  bool reported = false;
+  for (const Event& e : f.trace) {
+    if (e.kind == EventKind::Step) ++step, launch = 0;
+    if (e.kind == EventKind::Launch) {
+      if (step == 2 && !reported) report(engine), reported = true;
+      if (step == step_wanted)
+        for (const Trigger& t : engine.triggers_for_next_launch())
+          if (t.action == Action::Prefetch && t.ordinal == ordinal && found == UINT32_MAX) found = launch;
+      ++launch;
+    }
+    engine.record(e);
+  }
+  return found;
+}
+
+// A late prefetch starts earlier in the next step's plan; a demand fetch counts
+// as late by the whole fetch (as the simulator counts it).
+TEST(PolicyEngine, LateAndDemandedFetchesStartThatPrefetchEarlierNextStep) {
+  const Fixture f = make(false);
+  // A block the plan prefetches in step 2, and its bytes.
+  PolicyEngine probe({f.budget, parse_link("pcie5"), {}});
+  std::size_t step = static_cast<std::size_t>(-1);
+  std::uint32_t ordinal = UINT32_MAX;
+  for (const Event& e : f.trace) {
+    if (e.kind == EventKind::Step) ++step;
+    if (step == 2 && e.kind == EventKind::Launch && ordinal == UINT32_MAX)
+      for (const Trigger& t : probe.triggers_for_next_launch())
+        if (t.action == Action::Prefetch && ordinal == UINT32_MAX) ordinal = t.ordinal;
+    if (step == 2 && ordinal != UINT32_MAX) break;
+    probe.record(e);
+  }
+  ASSERT_NE(ordinal, UINT32_MAX);
+  std::uint64_t bytes = 0;
+  step = static_cast<std::size_t>(-1);
+  std::uint32_t allocs = 0;
+  for (const Event& e : f.trace) {
+    if (e.kind == EventKind::Step) ++step;
+    if (step == 2 && e.kind == EventKind::Alloc && allocs++ == ordinal) bytes = e.b;
+  }
+  ASSERT_GT(bytes, 0u);
+  const char* link = "pcie5";
+  const std::uint32_t unreported = prefetch_op_in_step(f, link, 3, ordinal, [](PolicyEngine&) {});
+  ASSERT_NE(unreported, UINT32_MAX);
+  const std::uint32_t late =
+      prefetch_op_in_step(f, link, 3, ordinal, [&](PolicyEngine& e) { e.report_late(ordinal, 1e7); });
+  EXPECT_LT(late, unreported);
+
+  // The demand fetch's lead is the block's fetch time on the link.
+  auto lead_after = [&](auto report) {
+    PolicyEngine engine({f.budget, parse_link(link), {}});
+    std::size_t s = static_cast<std::size_t>(-1);
+    bool reported = false;
+    for (const Event& e : f.trace) {
+      if (e.kind == EventKind::Step) ++s;
+      if (s == 2 && e.kind == EventKind::Launch && !reported) report(engine), reported = true;
+      engine.record(e);
+      if (s == 3) break;  // step 2 closed at the marker
+    }
+    return engine.planner().lead_ns(ordinal);
+  };
+  EXPECT_EQ(lead_after([](PolicyEngine&) {}), 0.0);
+  const double fetch_ns = parse_link(link).h2d_ns(static_cast<double>(bytes));
+  // The feedback search scales every correction by the same step size.
+  const double demanded = lead_after([&](PolicyEngine& e) { e.report_demand_fetch(ordinal); });
+  const double late_by = lead_after([&](PolicyEngine& e) { e.report_late(ordinal, 5e5); });
+  EXPECT_GT(demanded, 0.0);
+  EXPECT_NEAR(demanded / fetch_ns, late_by / 5e5, 1e-9);
+}
+
+TEST(PolicyEngine, OrdinalOfAnswersBlockOfBackwards) {
+  const Fixture f = make(false);
+  PolicyEngine engine({f.budget, parse_link("pcie5"), {}});
+  std::size_t checked = 0;
+  for (const Event& e : f.trace) {
+    engine.record(e);
+    if (e.kind != EventKind::Alloc) continue;
+    const auto ord = engine.ordinal_of(e.a);
+    ASSERT_TRUE(ord.has_value());
+    EXPECT_EQ(engine.block_of(*ord), e.a);
+    ++checked;
+  }
+  EXPECT_GT(checked, 100u);
+  EXPECT_FALSE(engine.ordinal_of(0xdead0000).has_value());
+}
+
+TEST(PolicyEngine, TriggersAheadAreTheNextLaunchesOwn) {
+  const Fixture f = make(false);
+  PolicyEngine engine({f.budget, parse_link("pcie5"), {}});
+  std::vector<Trigger> ahead;
+  std::size_t compared = 0, step = static_cast<std::size_t>(-1);
+  bool have = false;
+  for (const Event& e : f.trace) {
+    if (e.kind == EventKind::Step) ++step, have = false;
+    if (e.kind == EventKind::Launch && step >= 2 && step != static_cast<std::size_t>(-1)) {
+      const auto now = engine.triggers_for_next_launch();
+      if (have) {
+        EXPECT_EQ(std::vector<Trigger>(now.begin(), now.end()), ahead);
+        compared += !now.empty();
+      }
+      const auto next = engine.triggers_ahead(1);
+      ahead.assign(next.begin(), next.end());
+      have = engine.following_plan();
+    }
+    engine.record(e);
+  }
+  EXPECT_GT(compared, 10u);
+}
+
 }  // namespace
 }  // namespace tierrt::policy

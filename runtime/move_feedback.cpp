@@ -1,0 +1,46 @@
+#include "runtime/move_feedback.h"
+
+#include "policies/event.hpp"
+#include "runtime/policy_thread.h"
+#include "runtime/recorder.h"
+
+namespace tierrt {
+
+void MoveFeedback::demand_fetch(const alloc::Block& b) noexcept {
+  if (policy_) policy_->post_demand_fetch(b.va);
+}
+
+void MoveFeedback::late_fetch(const alloc::Block& b, std::uint64_t late_ns) noexcept {
+  late_.fetch_add(1, std::memory_order_relaxed);
+  late_ns_.fetch_add(late_ns, std::memory_order_relaxed);
+  if (policy_) policy_->post_late_fetch(b.va, late_ns);
+}
+
+void MoveFeedback::copy_done(Direction d, std::uint64_t bytes, std::uint64_t ns) noexcept {
+  Totals& t = totals_[static_cast<int>(d)];
+  t.all_bytes.fetch_add(bytes, std::memory_order_relaxed);
+  t.all_ns.fetch_add(ns, std::memory_order_relaxed);
+  std::uint64_t rate = 0;
+  {
+    std::lock_guard lock(mu_);
+    t.bytes += bytes;
+    t.ns += ns;
+    if (t.bytes < kReportBytes || t.ns == 0) return;
+    rate = static_cast<std::uint64_t>(static_cast<double>(t.bytes) * 1e9 / static_cast<double>(t.ns));
+    t.bytes = t.ns = 0;
+  }
+  const auto dir = d == Direction::ToHost ? policy::CopyDir::DeviceToHost : policy::CopyDir::HostToDevice;
+  const policy::Event e = policy::Event::copy_rate(dir, rate);
+  if (recorder_ && recorder_->events_on()) recorder_->event(e);
+  if (policy_) policy_->post(e);
+}
+
+std::uint64_t MoveFeedback::bytes_per_s(Direction d) const noexcept {
+  const Totals& t = totals_[static_cast<int>(d)];
+  const std::uint64_t ns = t.all_ns.load(std::memory_order_relaxed);
+  return ns ? static_cast<std::uint64_t>(static_cast<double>(t.all_bytes.load(std::memory_order_relaxed)) * 1e9 /
+                                         static_cast<double>(ns))
+            : 0;
+}
+
+}  // namespace tierrt
