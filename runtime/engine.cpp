@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 
@@ -143,16 +144,20 @@ void Engine::sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes) noe
   recorder_->sample(kind, ptr, bytes, s.device_used, s.host_used);
 }
 
+void BlockList::add_more(alloc::Block* b) noexcept {
+  try {
+    if (more_.empty()) more_.assign(items_, items_ + n_);
+    if (std::find(more_.begin(), more_.end(), b) == more_.end()) more_.push_back(b);
+  } catch (...) {
+    incomplete_ = true;
+  }
+}
+
 void Engine::note_launch(const BlockList& blocks, CUstream stream) noexcept {
   const std::uint64_t seq = launches_.fetch_add(1, std::memory_order_relaxed);
   if (!recorder_ && !policy_) return;
   const policy::StreamId sid = recorder_ ? recorder_->stream_id(stream) : 0;
-  if (recorder_ && recorder_->events_on()) {
-    std::uint64_t ids[BlockList::kMax];
-    int n = 0;
-    for (alloc::Block* b : blocks.span()) ids[n++] = b->va;
-    recorder_->launch(seq, sid, ids, n);
-  }
+  if (recorder_ && recorder_->events_on()) recorder_->launch(seq, sid, blocks.span());
   if (policy_) {
     policy_->post(policy::Event::launch(seq, 0, sid));
     for (alloc::Block* b : blocks.span()) policy_->post(policy::Event::use(b->va, seq, sid));
@@ -252,6 +257,7 @@ void Engine::collect_launch(CUfunction f, void** params, void** extra, BlockList
 }
 
 CUresult Engine::before_use(const BlockList& blocks, CUstream stream) noexcept {
+  if (blocks.incomplete()) return CUDA_ERROR_OUT_OF_MEMORY;
   return alloc_->ensure_resident(blocks.span(), stream);
 }
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "allocator/allocator.h"
 #include "runtime/capture_tracker.h"
@@ -24,24 +25,33 @@
 
 namespace tierrt {
 
-// The distinct blocks one launch or copy names, on the caller's stack.
+// The distinct blocks one launch or copy names: on the caller's stack, or on
+// the heap for the rare launch that names more than kInline (a kernel taking
+// a table of pointers by value: up to 4096 in 32 KiB of parameters).
 class BlockList {
  public:
-  static constexpr int kMax = 256;
+  static constexpr int kInline = 256;
   void add(alloc::Block* b) noexcept {
+    if (!more_.empty() || n_ == kInline) return add_more(b);
     for (int i = 0; i < n_; ++i)
       if (items_[i] == b) return;
-    if (n_ < kMax) items_[n_++] = b;
-    else overflow_ = true;
+    items_[n_++] = b;
   }
-  bool empty() const noexcept { return n_ == 0; }
-  bool overflow() const noexcept { return overflow_; }
-  std::span<alloc::Block* const> span() const noexcept { return {items_, static_cast<size_t>(n_)}; }
+  bool empty() const noexcept { return n_ == 0 && more_.empty(); }
+  // The heap could not hold the list: the launch must not go out (some of its
+  // blocks would not be made resident).
+  bool incomplete() const noexcept { return incomplete_; }
+  std::span<alloc::Block* const> span() const noexcept {
+    if (!more_.empty()) return {more_.data(), more_.size()};
+    return {items_, static_cast<size_t>(n_)};
+  }
 
  private:
-  alloc::Block* items_[kMax];
+  void add_more(alloc::Block* b) noexcept;
+  alloc::Block* items_[kInline];
   int n_ = 0;
-  bool overflow_ = false;
+  std::vector<alloc::Block*> more_;
+  bool incomplete_ = false;
 };
 
 class Engine {

@@ -44,15 +44,16 @@ void Recorder::event(const policy::Event& e) noexcept {
   if (i < kMaxEvents) events_[i] = e;
 }
 
-void Recorder::launch(policy::LaunchSeq seq, policy::StreamId stream, const std::uint64_t* blocks, int n) noexcept {
+void Recorder::launch(policy::LaunchSeq seq, policy::StreamId stream, std::span<alloc::Block* const> blocks) noexcept {
+  const std::uint64_t n = blocks.size();
   const std::uint64_t now = now_ns();
-  const std::uint64_t i = n_events_.fetch_add(static_cast<std::uint64_t>(n) + 1, std::memory_order_relaxed);
+  const std::uint64_t i = n_events_.fetch_add(n + 1, std::memory_order_relaxed);
   const std::uint64_t prev = last_launch_index_.exchange(i, std::memory_order_relaxed);
   const std::uint64_t prev_ns = last_launch_ns_.exchange(now, std::memory_order_relaxed);
   if (prev < kMaxEvents) events_[prev].b = now - prev_ns;
   if (i < kMaxEvents) events_[i] = policy::Event::launch(seq, 0, stream);
-  for (int k = 0; k < n; ++k)
-    if (i + 1 + k < kMaxEvents) events_[i + 1 + k] = policy::Event::use(blocks[k], seq, stream);
+  for (std::uint64_t k = 0; k < n; ++k)
+    if (i + 1 + k < kMaxEvents) events_[i + 1 + k] = policy::Event::use(blocks[k]->va, seq, stream);
 }
 
 void Recorder::sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes, std::uint64_t device_used,

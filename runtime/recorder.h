@@ -10,8 +10,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <span>
 #include <string>
 
+#include "allocator/block.h"
 #include "policies/event.hpp"
 
 namespace tierrt {
@@ -35,7 +37,7 @@ class Recorder {
   void event(const policy::Event& e) noexcept;
   // A launch and the blocks it named. The launch's duration field is filled
   // in when the next launch arrives (time between launches, as measured).
-  void launch(policy::LaunchSeq seq, policy::StreamId stream, const std::uint64_t* blocks, int n) noexcept;
+  void launch(policy::LaunchSeq seq, policy::StreamId stream, std::span<alloc::Block* const> blocks) noexcept;
   void sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes, std::uint64_t device_used,
               std::uint64_t host_used) noexcept;
   // Small stable ids for streams, as the event format wants them.

@@ -3,7 +3,7 @@
 //   probe PATH [SCENARIO]
 // PATH: direct | dlsym | procaddr-11030 | procaddr-12000 | procaddr-13000 |
 //       procaddr-ptsz | cudart-like
-// SCENARIO: oversubscribe (default) | training | kernel | capture | torch | fork | exit-in-flight | off
+// SCENARIO: oversubscribe (default) | training | kernel | wide-kernel | capture | torch | fork | exit-in-flight | off
 // It allocates three times the device's memory in idle blocks, fills them,
 // reads them all back bit for bit, and asks tierrt's own stats (not its log)
 // whether its hooks carried the allocations. Exit status 0 means success.
@@ -224,6 +224,51 @@ void kernel_on_spilled_block(const Api& a) {
   std::printf("a kernel on a %s block saw its data\n", tiered ? "spilled" : "plain");
 }
 
+// A kernel that takes a table of pointers by value, naming more blocks than
+// the launch hook keeps on its stack: every one of them, spilled beforehand,
+// must be resident when the kernel runs (in copy mode a spilled block's VA is
+// unmapped, so a miss is an illegal address).
+constexpr size_t kWideBlocks = 300;
+struct WideTable {
+  CUdeviceptr blocks[kWideBlocks];
+};
+
+void add_one_to_every_block_kernel(const simdev_launch* l) {
+  const auto* t = static_cast<const WideTable*>(l->params[0]);
+  const size_t n = *static_cast<const size_t*>(l->params[1]);
+  for (CUdeviceptr b : t->blocks)
+    for (size_t i = 0; i < n; ++i) reinterpret_cast<uint32_t*>(b)[i] += 1;
+}
+
+void kernel_naming_many_spilled_blocks(const Api& a) {
+  const size_t sizes[] = {sizeof(WideTable), sizeof(size_t)};
+  simdev_kernel_desc d{"tierrt_probe_add_one_wide", &add_one_to_every_block_kernel, 2, sizes, nullptr, 0};
+  if (simdev_try_register_kernel(&d) != 0) fail("this scenario runs on simdev only");
+  CUmodule m;
+  CUfunction f;
+  check(a.load_module(&m, "simdev host kernels"), "cuModuleLoadData");
+  check(a.get_function(&f, m, "tierrt_probe_add_one_wide"), "cuModuleGetFunction");
+  const size_t bytes = 1u << 20;
+  WideTable table{};
+  for (size_t i = 0; i < kWideBlocks; ++i) {
+    check(a.alloc(&table.blocks[i], bytes), "cuMemAlloc");
+    fill(a, table.blocks[i], bytes, i);
+  }
+  check(a.sync(), "cuCtxSynchronize");
+  for (CUdeviceptr p : table.blocks)
+    if (tierrt_advise_now(p, TIERRT_ADVISE_SPILL) != 0) fail("tierrt refused to spill a block");
+  tierrt_stats s{};
+  for (int i = 0; i < 5000 && tierrt_stats_now(&s) && s.spilled_blocks < kWideBlocks; ++i) usleep(1000);
+  if (s.spilled_blocks < kWideBlocks) fail("only " + std::to_string(s.spilled_blocks) + " blocks reached SPILLED");
+  size_t n = bytes / 4;
+  void* params[] = {&table, &n};
+  check(a.launch(f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel (wide)");
+  check(a.sync(), "cuCtxSynchronize after the wide kernel");
+  for (size_t i = 0; i < kWideBlocks; ++i) verify(a, table.blocks[i], bytes, i, 1);
+  for (CUdeviceptr p : table.blocks) check(a.free(p), "cuMemFree");
+  std::printf("a kernel naming %zu spilled blocks saw every one's data\n", kWideBlocks);
+}
+
 // A block a captured graph names stays resident: the graph's replays never
 // pass through a hook, so nothing may move the block under them.
 void captured_graph_keeps_block_resident(const Api& a) {
@@ -325,11 +370,15 @@ void training_loop(const Api& a) {
   tierrt_stats st{};
   if (!tierrt_stats_now(&st)) fail("tierrt is not running");
   if (st.spills == 0 || st.fetches == 0) fail("the activations never left the device");
+  // Every copy is timed on the device; the rates feed the planner and the stats.
+  if (st.d2h_bytes_per_s == 0 || st.h2d_bytes_per_s == 0) fail("the spills and fetches were not measured");
   std::printf("%u steps x %u layers x %zu MiB, every activation intact; spilled %llu, fetched %llu (%llu on demand); "
-              "planner started %llu spills, %llu prefetches\n",
+              "planner started %llu spills, %llu prefetches; %llu prefetches late; copies %.2f GB/s out, %.2f GB/s in\n",
               steps, layers, bytes >> 20, static_cast<unsigned long long>(st.spills),
               static_cast<unsigned long long>(st.fetches), static_cast<unsigned long long>(st.demand_fetches),
-              static_cast<unsigned long long>(st.planned_spills), static_cast<unsigned long long>(st.planned_prefetches));
+              static_cast<unsigned long long>(st.planned_spills), static_cast<unsigned long long>(st.planned_prefetches),
+              static_cast<unsigned long long>(st.late_fetches), static_cast<double>(st.d2h_bytes_per_s) / 1e9,
+              static_cast<double>(st.h2d_bytes_per_s) / 1e9);
   if (const char* p = std::getenv("TIERRT_POLICY"); p && std::string(p) == "planner" &&
                                                     (st.planned_spills == 0 || st.planned_prefetches == 0))
     fail("the planner never acted on the learned step");
@@ -407,6 +456,8 @@ int main(int argc, char** argv) {
     torch_entry_points(a);
   } else if (scenario == "kernel") {
     kernel_on_spilled_block(a);
+  } else if (scenario == "wide-kernel") {
+    kernel_naming_many_spilled_blocks(a);
   } else if (scenario == "fork") {
     CUdeviceptr p;
     check(a.alloc(&p, 8u << 20), "cuMemAlloc");

@@ -39,8 +39,28 @@ void write_file(const std::string& path, Write write) {
   if (!f) throw replay::ArgError(path + ": write failed");
 }
 
-int run_replay(const replay::Args& a) {
-  const policy::Trace trace = a.trace_path ? policy::read_trace_file(*a.trace_path) : policy::synthesize(*a.synth);
+// A recorded trace carries the copy rates the run measured. Without --link they
+// are the link (for the model and the planner alike); with it, they are dropped
+// so that the planner plans for the link being modeled.
+void settle_link(policy::Trace& trace, replay::Args& a) {
+  double sum[2] = {0, 0};
+  int n[2] = {0, 0};
+  for (const auto& e : trace)
+    if (e.kind == policy::EventKind::CopyRate) sum[e.sub] += static_cast<double>(e.a), ++n[e.sub];
+  if (!n[0] && !n[1]) return;
+  if (a.link_given) {
+    std::erase_if(trace, [](const policy::Event& e) { return e.kind == policy::EventKind::CopyRate; });
+    return;
+  }
+  const auto d2h = static_cast<int>(policy::CopyDir::DeviceToHost), h2d = static_cast<int>(policy::CopyDir::HostToDevice);
+  a.link.name = "measured";
+  if (n[d2h]) a.link.d2h_bytes_per_s = sum[d2h] / n[d2h];
+  if (n[h2d]) a.link.h2d_bytes_per_s = sum[h2d] / n[h2d];
+}
+
+int run_replay(replay::Args a) {
+  policy::Trace trace = a.trace_path ? policy::read_trace_file(*a.trace_path) : policy::synthesize(*a.synth);
+  settle_link(trace, a);
   const auto analysed = policy::analyse_trace(trace);
   std::vector<std::string> skipped;
   const auto cmp = policy::compare_policies(analysed.steps, a.policies, a.link, a.budget, a.svg_path.has_value(), &skipped);

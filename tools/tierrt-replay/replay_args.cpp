@@ -63,7 +63,8 @@ shape:
   --steps N          training steps to synthesize (default 3)
 options:
   --link L           pcie5 (53 GB/s each way), c2c (375 GB/s H2D, 297 GB/s D2H),
-                     or H2D,D2H in GB/s (default pcie5)
+                     or H2D,D2H in GB/s (default: the copy rates a recorded
+                     trace measured, else pcie5)
   --budget-gib X     device budget in GiB
   --offload-fraction F
                      budget = peak without offload - F x activation bytes at the peak
@@ -115,6 +116,7 @@ Args parse_args(const std::vector<std::string>& argv) {
     else if (f == "--link") {
       try {
         a.link = policy::parse_link(value());
+        a.link_given = true;
       } catch (const std::invalid_argument& e) {
         throw ArgError(std::string("--link: ") + e.what());
       }

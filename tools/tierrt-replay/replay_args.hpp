@@ -26,6 +26,7 @@ struct Args {
   std::optional<policy::SynthOptions> synth;  // synth, or replay of a synthesized step
   std::string out_path;                   // synth: where the trace goes
   policy::LinkModel link;
+  bool link_given = false;  // --link was passed (else a recorded trace's measured rates win)
   policy::BudgetChoice budget;
   std::vector<std::string> policies;
   std::optional<std::string> csv_path, svg_path;

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include "replay_report.hpp"
 
 #include <cmath>
@@ -23,8 +24,10 @@ std::string percent(double overhead) { return std::isfinite(overhead) ? fmt("%+.
 }  // namespace
 
 std::string describe_link(const policy::LinkModel& link) {
-  return link.name + " (H2D " + fmt("%.0f", link.h2d_bytes_per_s / 1e9) + " GB/s, D2H " +
-         fmt("%.0f", link.d2h_bytes_per_s / 1e9) + " GB/s)";
+  // Measured rates can be far below 1 GB/s (simdev's copies): keep a significant digit.
+  const char* f = std::min(link.h2d_bytes_per_s, link.d2h_bytes_per_s) < 10e9 ? "%.2f" : "%.0f";
+  return link.name + " (H2D " + fmt(f, link.h2d_bytes_per_s / 1e9) + " GB/s, D2H " +
+         fmt(f, link.d2h_bytes_per_s / 1e9) + " GB/s)";
 }
 
 void print_table(std::ostream& out, const ReportContext& ctx, const policy::Comparison& c) {
