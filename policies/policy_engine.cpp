@@ -39,7 +39,15 @@ void PolicyEngine::record(const Event& e) {
   append(e);
   scratch_.clear();  // reused: no allocation per event once warm
   tokenizer_.feed(e, index, scratch_);
-  for (const auto& t : scratch_) on_token(t);
+  // One event can complete a token and open another (a launch's, then its
+  // own): when the first ends a step, the step's events are re-based, and so
+  // are the tokens after it and the launch the tokenizer holds open.
+  const std::size_t rebased_before = rebased_;
+  for (Token t : scratch_) {
+    t.event -= static_cast<std::uint32_t>(rebased_ - rebased_before);
+    on_token(t);
+  }
+  if (rebased_ != rebased_before) tokenizer_.rebase(static_cast<std::uint32_t>(rebased_ - rebased_before));
   // Look for a period only when no launch token is pending, so that the detector's
   // tokens are exactly the ones seen so far; doubling the wait keeps it amortised O(n).
   // Also when the learned step stopped coming back (a changed shape): learn anew.
@@ -85,6 +93,9 @@ void PolicyEngine::on_token(const Token& t) {
 }
 
 void PolicyEngine::restart_from(std::size_t split_event, std::size_t split_token) {
+  split_event = std::min(split_event, events_.size());
+  split_token = std::min(split_token, tokens_.size());
+  rebased_ += split_event;
   Trace tail(events_.begin() + static_cast<std::ptrdiff_t>(split_event), events_.end());
   std::vector<Token> tail_tokens(tokens_.begin() + static_cast<std::ptrdiff_t>(split_token), tokens_.end());
   events_.resize(split_event);
@@ -134,6 +145,7 @@ void PolicyEngine::try_detect_steps() {
   live_at_step_begin_ = std::move(live);
   learned_ = !reference_.empty();
   // The current step continues from the last span's first event.
+  rebased_ += current.begin_event;
   Trace tail(events_.begin() + static_cast<std::ptrdiff_t>(current.begin_event), events_.end());
   begin_step();
   for (const Event& ev : tail) append(ev);

@@ -98,6 +98,7 @@ class PolicyEngine {
   bool on_reference_ = true;                  // the current step matches reference_ so far
   std::size_t next_detect_ = 1024;            // buffer size at which to look for a period again
   std::size_t step_events_ = 0;               // events in the last step that followed the reference
+  std::size_t rebased_ = 0;                   // events dropped from the front of events_ so far
 };
 
 }  // namespace tierrt::policy

@@ -27,6 +27,10 @@ class Tokenizer {
   void feed(const Event& e, std::uint32_t index, std::vector<Token>& out);
   void finish(std::vector<Token>& out);
   std::int64_t live_bytes() const { return live_; }
+  // The events before `by` were dropped: a launch still open is `by` earlier.
+  void rebase(std::uint32_t by) {
+    if (launch_open_) launch_event_ -= by;
+  }
 
  private:
   void flush_launch(std::vector<Token>& out);

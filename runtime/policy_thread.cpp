@@ -1,5 +1,6 @@
 #include "runtime/policy_thread.h"
 
+#include <exception>
 #include <chrono>
 #include <thread>
 
@@ -51,7 +52,9 @@ void PolicyThread::push(const policy::Event& e, Channel channel) noexcept {
     if (turn == pos) {
       if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
         s.event = e;
-        s.ns = steady_ns();
+        // Only what can end a held launch needs a time; a launch names up
+        // to hundreds of blocks, and a clock read per use would show.
+        s.ns = e.kind == policy::EventKind::Use ? 0 : steady_ns();
         s.channel = channel;
         s.turn.store(pos + 1, std::memory_order_release);
         break;
@@ -63,10 +66,16 @@ void PolicyThread::push(const policy::Event& e, Channel channel) noexcept {
       pos = head_.load(std::memory_order_relaxed);
     }
   }
-  if (sleeping_.load(std::memory_order_acquire)) {
+  // The thread polls every kPollNs: waking it per launch would cost the
+  // launch a futex call. Only a step marker (planning starts) wakes it.
+  if (e.kind == policy::EventKind::Step && sleeping_.load(std::memory_order_acquire)) {
     std::lock_guard lock(mu_);
     cv_.notify_one();
   }
+}
+
+bool PolicyThread::ready() const noexcept {
+  return ring_[tail_ & (kSlots - 1)].turn.load(std::memory_order_acquire) == tail_ + 1;
 }
 
 bool PolicyThread::take(policy::Event* e, std::uint64_t* ns, Channel* channel) noexcept {
@@ -86,13 +95,20 @@ void PolicyThread::run() {
   std::uint64_t ns = 0;
   Channel channel = Channel::Event;
   for (;;) {
-    while (take(&e, &ns, &channel)) channel == Channel::Event ? feed(e, ns) : report(channel, e);
+    while (take(&e, &ns, &channel)) {
+      if (failed_) continue;  // drained, not planned: the reactive policy is in charge
+      try {
+        channel == Channel::Event ? feed(e, ns) : report(channel, e);
+      } catch (const std::exception& x) {
+        // The planner is an optimisation: whatever goes wrong in it must not
+        // take the job down.
+        TIERRT_LOG(kError, "the planner stopped (%s); the reactive policy stays in charge", x.what());
+        failed_ = true;
+      }
+    }
     std::unique_lock lock(mu_);
     sleeping_.store(true, std::memory_order_release);
-    // Re-check after announcing sleep, so a post in between is not missed.
-    cv_.wait_for(lock, std::chrono::milliseconds(5), [&] {
-      return ring_[tail_ & (kSlots - 1)].turn.load(std::memory_order_acquire) == tail_ + 1;
-    });
+    cv_.wait_for(lock, std::chrono::nanoseconds(kPollNs), [&] { return ready(); });
     sleeping_.store(false, std::memory_order_release);
   }
 }

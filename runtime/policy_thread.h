@@ -5,7 +5,8 @@
 // ahead of its next) through the allocator. The launch path never plans,
 // never waits for this thread, and never takes its lock.
 //
-// The thread learns of a launch after it was issued, so it acts on a launch's
+// The thread learns of a launch after it was issued (it polls the ring every
+// 50 us rather than being woken per launch), so it acts on a launch's
 // triggers as soon as it takes the launch from the ring (spills of blocks the
 // launch used last, prefetches for it and for the launch after it) and only
 // holds the launch back for the engine until its duration is known. A prefetch
@@ -64,6 +65,10 @@ class PolicyThread {
   static constexpr std::uint64_t kSlots = 1u << 16;
 
   void push(const policy::Event& e, Channel channel) noexcept;
+  bool ready() const noexcept;  // the next slot is written
+  // How late the thread may learn of a launch: small against the kernels a
+  // training step is made of, and a few thousand wake-ups a second at most.
+  static constexpr std::uint64_t kPollNs = 50'000;
   void run();
   bool take(policy::Event* e, std::uint64_t* ns, Channel* channel) noexcept;
   void feed(const policy::Event& e, std::uint64_t ns);
@@ -91,6 +96,7 @@ class PolicyThread {
   policy::Event held_launch_{};
   std::uint64_t held_ns_ = 0;
   std::vector<policy::Event> held_uses_;
+  bool failed_ = false;  // the engine threw: events are drained, nothing planned
 
   // Triggers that could not be carried out yet, tried again at each launch.
   struct Deferred {

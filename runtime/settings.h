@@ -16,7 +16,7 @@ enum class LogLevel { kOff, kError, kWarn, kInfo, kDebug };
 struct Settings {
   Mode mode = Mode::kTier;                   // TIERRT_MODE: off | observe | tier
   config::AllocatorConfig allocator;         // TIERRT_DEVICE_BUDGET, _HOST_BUDGET, _MIN_BYTES, _SPILL_MODE
-  std::string policy = "reactive";           // TIERRT_POLICY
+  std::string policy = "planner";            // TIERRT_POLICY
   bool virtual_meminfo = false;              // TIERRT_VIRTUAL_MEMINFO: 0 | 1
   std::string stats;                         // TIERRT_STATS: "" off, "-" stderr, else a file
   std::string trace;                         // TIERRT_TRACE: Chrome trace JSON file

@@ -44,7 +44,7 @@ TEST_F(SettingsTest, DefaultsWithAnEmptyEnvironment) {
   EXPECT_FALSE(s.allocator.host_budget);
   EXPECT_EQ(1u << 20, s.allocator.min_bytes);
   EXPECT_EQ(config::SpillMode::Auto, s.allocator.spill_mode);
-  EXPECT_EQ("reactive", s.policy);
+  EXPECT_EQ("planner", s.policy);
   EXPECT_FALSE(s.virtual_meminfo);
   EXPECT_TRUE(s.stats.empty());
   EXPECT_TRUE(s.trace.empty());
