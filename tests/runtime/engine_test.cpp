@@ -126,6 +126,16 @@ TEST_F(EngineTest, TrainingLoopKeepsEveryActivationWhileAnotherThreadAllocates) 
   ASSERT_NE(nullptr, engine_->planner());
   EXPECT_GT(engine_->planner()->spills_issued() + engine_->planner()->prefetches_issued(), 0u)
       << "the planner never acted on the learned step";
+  // What the mover saw reached the planner: copy rates, and the demand fetches
+  // of the step's own blocks (the loop's activations).
+  using Dir = alloc::MoveObserver::Direction;
+  EXPECT_GT(engine_->moves().bytes_per_s(Dir::ToHost), 0u);
+  if (s.fetches > 0) {
+    EXPECT_GT(engine_->moves().bytes_per_s(Dir::ToDevice), 0u);
+  }
+  if (s.demand_fetches > 0) {
+    EXPECT_GT(engine_->planner()->demand_reports(), 0u);
+  }
 }
 
 }  // namespace
