@@ -113,12 +113,21 @@ const RealDl& real_dl() {
     RealDl x;
     x.dlsym = reinterpret_cast<DlsymFn>(find_libc_function("dlsym"));
     x.dlopen = reinterpret_cast<DlopenFn>(find_libc_function("dlopen"));
-    // Fallback for unusual C libraries: the versioned x86-64 base version,
-    // looked up past this object.
-    if (x.dlsym == nullptr)
-      x.dlsym = reinterpret_cast<DlsymFn>(dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5"));
-    if (x.dlopen == nullptr)
-      x.dlopen = reinterpret_cast<DlopenFn>(dlvsym(RTLD_NEXT, "dlopen", "GLIBC_2.2.5"));
+    // Fallback for unusual C libraries: by version, looked up past this
+    // object. glibc 2.34 moved both into libc proper; before, they had the
+    // architecture's base version.
+#if defined(__aarch64__)
+    constexpr const char* kBaseVersion = "GLIBC_2.17";
+#else
+    constexpr const char* kBaseVersion = "GLIBC_2.2.5";
+#endif
+    auto versioned = [](const char* name) -> void* {
+      for (const char* v : {"GLIBC_2.34", kBaseVersion})
+        if (void* f = dlvsym(RTLD_NEXT, name, v)) return f;
+      return nullptr;
+    };
+    if (x.dlsym == nullptr) x.dlsym = reinterpret_cast<DlsymFn>(versioned("dlsym"));
+    if (x.dlopen == nullptr) x.dlopen = reinterpret_cast<DlopenFn>(versioned("dlopen"));
     return x;
   }();
   return r;
