@@ -46,6 +46,7 @@ struct Stats {
   std::uint64_t bytes[kStateCount] = {};   // requested bytes per state
   std::uint64_t class_bytes[8] = {};       // live (not freed) bytes per class
   std::uint64_t cached_bytes = 0, cached_blocks = 0;
+  std::uint64_t spare_device_bytes = 0;    // unmapped device chunks kept for the next fetch
   std::uint64_t slab_bytes = 0;            // device bytes held by small-object slabs
   std::uint64_t device_used = 0, device_peak = 0, device_budget = 0;
   std::uint64_t host_used = 0, host_peak = 0, host_budget = 0;

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <bit>
 
 #include "allocator/impl.h"
@@ -62,6 +63,9 @@ CUresult Impl::init() noexcept {
     }
     host.configure_pool(opt.pinned_chunk, host_budget.limit() + opt.pinned_chunk);
     host.set_spare_limit(std::min<std::uint64_t>(1ull << 30, host_budget.limit() / 4));
+    // Spare device chunks count against the budget; the first thing a
+    // rescue gives back.
+    dev_spares.set_limit(std::min<std::uint64_t>(1ull << 30, dev_budget.limit() / 8));
 
     int least = 0, greatest = 0;
     if (TIERRT_CU(cuCtxGetStreamPriorityRange, &least, &greatest) != CUDA_SUCCESS) least = greatest = 0;
@@ -112,6 +116,7 @@ Impl::~Impl() {
     delete s;
   }
   for (CUdeviceptr p : raw) (void)TIERRT_CU(cuMemFree, p);
+  release_spares(UINT64_MAX);
   for (UseEvent& e : ev_storage)
     if (e.ev) (void)TIERRT_CU(cuEventDestroy, e.ev);
   for (CUevent e : timing_free) (void)TIERRT_CU(cuEventDestroy, e);
@@ -172,6 +177,11 @@ CUresult Impl::create_device_chunk(std::size_t bytes, CUmemGenericAllocationHand
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = dev;
+  // The caller reserved `bytes`; a spare already held its own share.
+  if (dev_spares.take(bytes, h)) {
+    dev_budget.release(bytes);
+    return CUDA_SUCCESS;
+  }
   CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
   for (int attempt = 0; attempt < 8; ++attempt) {
     r = TIERRT_CU(cuMemCreate, h, bytes, &prop, 0ull);
@@ -182,13 +192,34 @@ CUresult Impl::create_device_chunk(std::size_t bytes, CUmemGenericAllocationHand
   return r;
 }
 
+void Impl::give_device_chunk(CUmemGenericAllocationHandle h, std::size_t bytes) {
+  if (dev_spares.give(h, bytes)) return;  // its budget share stays held
+  (void)TIERRT_CU(cuMemRelease, h);
+  dev_budget.release(bytes);
+}
+
+std::uint64_t Impl::release_spares(std::uint64_t bytes) {
+  std::uint64_t sum = 0;
+  for (auto& [n, h] : dev_spares.take_all(bytes)) {
+    (void)TIERRT_CU(cuMemRelease, h);
+    dev_budget.release(n);
+    sum += n;
+  }
+  return sum;
+}
+
 bool Impl::reserve_device(std::uint64_t bytes, bool spill_ok, const Block* except) {
-  for (int attempt = 0; attempt < 16; ++attempt) {
+  // While a rescue makes progress (or waits on blocks other threads hold for a
+  // moment), try again; give up only when it cannot, or after a while (the
+  // blocks in the way may be pinned by the very launch that needs memory).
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  for (;;) {
     if (dev_budget.try_reserve(bytes)) return true;
     const std::uint64_t avail = dev_budget.available();
-    if (!rescue(bytes - std::min(bytes, avail), spill_ok, except)) return dev_budget.try_reserve(bytes);
+    if (!rescue(bytes - std::min(bytes, avail), spill_ok, except) ||
+        std::chrono::steady_clock::now() > deadline)
+      return dev_budget.try_reserve(bytes);
   }
-  return false;
 }
 
 bool Impl::rescue(std::uint64_t bytes, bool spill_ok, const Block* except) {
@@ -201,16 +232,21 @@ bool Impl::rescue(std::uint64_t bytes, bool spill_ok, const Block* except) {
   if (!spill_ok) return freed > 0;
   std::uint64_t need = bytes - freed;
   std::vector<Block*> victims;
-  bool moving = false;
+  bool moving = false, busy = false;
+  std::size_t in_flight = 0;
   {
     std::lock_guard<std::mutex> g(mu);
     moving = spills_in_flight > 0;
+    in_flight = ops_in_flight;
     std::uint64_t sum = 0;
     for (Block& b : lru) {
       if (sum >= need) break;
-      if (&b == except || b.captured || b.ops_pending || b.st() != State::Resident ||
-          b.pins.load() != 0 || b.ready.load() != nullptr)
+      if (&b == except || b.captured || b.st() != State::Resident) continue;
+      // Idle soon: a launch being enqueued, or a fetch not yet finalised.
+      if (b.ops_pending || b.pins.load() != 0 || b.ready.load() != nullptr) {
+        busy = true;
         continue;
+      }
       victims.push_back(&b);
       sum += b.mapped;
     }
@@ -221,7 +257,14 @@ bool Impl::rescue(std::uint64_t bytes, bool spill_ok, const Block* except) {
     if (r == SpillResult::Started) started = true;
     if (r == SpillResult::HostFull) break;
   }
-  if (!started && !moving) return freed > 0;
+  if (!started && !moving) {
+    if (!busy) return freed > 0;
+    // Every candidate is briefly busy (other threads' launches and fetches):
+    // wait for a move to finish, or a moment, and let the caller look again.
+    std::unique_lock<std::mutex> l(mu);
+    cv.wait_for(l, std::chrono::milliseconds(2), [&] { return ops_in_flight < in_flight; });
+    return true;
+  }
   // Wait for the spills in flight to release their device memory.
   std::unique_lock<std::mutex> l(mu);
   cv.wait(l, [&] { return spills_in_flight == 0; });
@@ -230,7 +273,8 @@ bool Impl::rescue(std::uint64_t bytes, bool spill_ok, const Block* except) {
 
 std::uint64_t Impl::trim(std::uint64_t bytes) {
   std::vector<Block*> victims;
-  std::uint64_t sum = 0;
+  std::uint64_t sum = release_spares(bytes);  // no work uses them: no synchronisation
+  if (sum >= bytes) return sum;
   {
     std::lock_guard<std::mutex> g(mu);
     std::vector<Block*> all;
@@ -243,7 +287,7 @@ std::uint64_t Impl::trim(std::uint64_t bytes) {
       sum += b->mapped;
     }
   }
-  if (victims.empty()) return 0;
+  if (victims.empty()) return sum;
   // Work that used them (or ran on their free streams) must finish before
   // their memory is unmapped.
   (void)TIERRT_CU(cuCtxSynchronize);

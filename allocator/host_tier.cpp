@@ -123,29 +123,12 @@ CUresult HostTier::create_host_chunk(std::size_t bytes,
 
 CUresult HostTier::take_host_chunk(std::size_t bytes,
                                    CUmemGenericAllocationHandle* out) noexcept {
-  {
-    std::lock_guard<std::mutex> g(spare_mu_);
-    auto it = spare_.find(bytes);
-    if (it != spare_.end()) {
-      *out = it->second;
-      spare_.erase(it);
-      spare_bytes_ -= bytes;
-      return CUDA_SUCCESS;
-    }
-  }
+  if (spares_.take(bytes, out)) return CUDA_SUCCESS;
   return create_host_chunk(bytes, out);
 }
 
 void HostTier::give_host_chunk(CUmemGenericAllocationHandle h, std::size_t bytes) noexcept {
-  {
-    std::lock_guard<std::mutex> g(spare_mu_);
-    if (spare_bytes_ + bytes <= spare_limit_) {
-      spare_.emplace(bytes, h);
-      spare_bytes_ += bytes;
-      return;
-    }
-  }
-  (void)TIERRT_CU(cuMemRelease, h);
+  if (!spares_.give(h, bytes)) (void)TIERRT_CU(cuMemRelease, h);
 }
 
 void HostTier::configure_pool(std::size_t chunk_bytes, std::uint64_t pool_limit) noexcept {
@@ -188,12 +171,7 @@ std::uint64_t HostTier::pinned_pool_bytes() const noexcept {
 }
 
 void HostTier::shutdown() noexcept {
-  {
-    std::lock_guard<std::mutex> g(spare_mu_);
-    for (auto& [bytes, h] : spare_) (void)TIERRT_CU(cuMemRelease, h);
-    spare_.clear();
-    spare_bytes_ = 0;
-  }
+  for (auto& [bytes, h] : spares_.take_all()) (void)TIERRT_CU(cuMemRelease, h);
   std::lock_guard<std::mutex> g(mu_);
   if (pool_ == nullptr) return;
   if (pool_->arena_ok) tierrt_je_arena_destroy(pool_->arena);

@@ -6,8 +6,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <map>
 #include <mutex>
+
+#include "allocator/chunk_spares.h"
 #include <vector>
 
 namespace tierrt::alloc {
@@ -31,8 +32,8 @@ class HostTier {
   // pages are already faulted in), and back to it (released when it is full).
   CUresult take_host_chunk(std::size_t bytes, CUmemGenericAllocationHandle* out) noexcept;
   void give_host_chunk(CUmemGenericAllocationHandle h, std::size_t bytes) noexcept;
-  void set_spare_limit(std::uint64_t bytes) noexcept { spare_limit_ = bytes; }
-  std::uint64_t spare_bytes() const noexcept { return spare_bytes_; }
+  void set_spare_limit(std::uint64_t bytes) noexcept { spares_.set_limit(bytes); }
+  std::uint64_t spare_bytes() const noexcept { return spares_.bytes(); }
 
   // copy: a pinned buffer of at least `bytes` from the private arena; grows
   // the pool by whole chunks while it stays within `pool_limit`. Null when
@@ -51,10 +52,7 @@ class HostTier {
   PinnedPool* pool_ = nullptr;
   std::size_t chunk_bytes_ = 64u << 20;
   std::uint64_t pool_limit_ = UINT64_MAX;
-  std::mutex spare_mu_;
-  std::multimap<std::size_t, CUmemGenericAllocationHandle> spare_;
-  std::uint64_t spare_bytes_ = 0;
-  std::uint64_t spare_limit_ = 0;
+  ChunkSpares spares_;
 };
 
 }  // namespace tierrt::alloc

@@ -16,6 +16,7 @@
 #include "allocator/allocator.h"
 #include "allocator/block_cache.h"
 #include "allocator/budget.h"
+#include "allocator/chunk_spares.h"
 #include "allocator/granule_table.h"
 #include "allocator/host_tier.h"
 #include "driver/driver.h"
@@ -75,8 +76,12 @@ class Impl {
   // spills it started. True when it made progress.
   bool rescue(std::uint64_t bytes, bool spill_ok, const Block* except);
   std::uint64_t trim(std::uint64_t bytes);
+  // A device chunk of `bytes` (reserved by the caller): a spare, or a new one.
   CUresult create_device_chunk(std::size_t bytes, CUmemGenericAllocationHandle* h, bool spill_ok,
                                const Block* except);
+  // An unmapped device chunk nobody needs: kept as a spare, or released.
+  void give_device_chunk(CUmemGenericAllocationHandle h, std::size_t bytes);
+  std::uint64_t release_spares(std::uint64_t bytes);
   CUresult map_rw(CUdeviceptr va, std::size_t bytes, CUmemGenericAllocationHandle h, bool host_too);
   void destroy_block(Block* b);  // releases everything; b must be out of every container
   Block* new_block();
@@ -111,6 +116,7 @@ class Impl {
   std::uint64_t device_total = 0;
   std::unique_ptr<GranuleTable> table;
   HostTier host;
+  ChunkSpares dev_spares;
   CUstream d2h = nullptr, h2d = nullptr;
 
   mutable std::mutex mu;           // containers, block backing, counters

@@ -439,8 +439,7 @@ void Impl::finalize(MoveOp* op) {
       CUresult r = TIERRT_CU(cuMemUnmap, b->va, b->mapped);
       if (r == CUDA_SUCCESS && mode == SpillMode::Remap) r = map_rw(b->va, b->mapped, op->host, true);
       if (r == CUDA_SUCCESS) {
-        (void)TIERRT_CU(cuMemRelease, d);
-        dev_budget.release(b->mapped);
+        give_device_chunk(d, b->mapped);
       } else {
         (void)map_rw(b->va, b->mapped, d, false);  // stay resident
       }
@@ -697,6 +696,7 @@ Stats Impl::stats() const {
   }
   for (int i = 0; i < 8; ++i) s.class_bytes[i] = class_bytes[i];
   s.cached_bytes = cache.bytes();
+  s.spare_device_bytes = dev_spares.bytes();
   s.cached_blocks = cache.count();
   s.slab_bytes = slab_bytes.load();
   s.device_used = dev_budget.used();

@@ -78,9 +78,12 @@ TEST_P(Modes, InvariantDeviceMemoryReleasedOnlyAfterCopyAndUses) {
   std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(b->st(), State::Spilling);
   EXPECT_EQ(simdev_device_bytes_in_use(), before);  // still held: a use is in flight
+  EXPECT_EQ(a->stats().spare_device_bytes, 0u);
   a->drain();
   EXPECT_EQ(b->st(), State::Spilled);
-  EXPECT_LT(simdev_device_bytes_in_use(), before);  // now it is released
+  // Now it is released, to the driver or (unmapped) to the spares kept for
+  // the next fetch.
+  EXPECT_LT(simdev_device_bytes_in_use() - a->stats().spare_device_bytes, before);
   std::vector<std::uint8_t> got;
   CU_OK(read(*a, b, &got, s));
   EXPECT_EQ(got, expected(8 * MiB, 42));  // the copy saw the launch's bytes
@@ -229,6 +232,36 @@ TEST_P(Modes, ObserverHearsCopyTimesDemandAndLateFetches) {
   EXPECT_EQ(seen.demand.load(), 1);
   EXPECT_EQ(seen.late.load(), 1);
   a->set_observer(nullptr);
+  CU_OK(a->free(b->va, nullptr));
+}
+
+// A spill leaves its device chunk as a spare; the next fetch of that size
+// maps it instead of creating one, and a rescue gives spares back first.
+TEST_P(Modes, FetchReusesTheChunkASpillLeftAndTrimReleasesSpares) {
+  auto a = make(GetParam());
+  const std::size_t n = 16 * MiB;
+  Block* b = alloc(*a, n);
+  CU_OK(fill(*a, b, nullptr, 9));
+  ASSERT_EQ(a->spill(b), SpillResult::Started);
+  a->drain();
+  EXPECT_EQ(a->stats().spare_device_bytes, n);
+  drv::reset_counts();
+  drv::set_counting(true);
+  std::vector<std::uint8_t> back;
+  CU_OK(read(*a, b, &back));
+  a->drain();
+  drv::set_counting(false);
+  EXPECT_EQ(drv::calls(drv::Id::cuMemCreate), 0u) << "the fetch created a chunk although a spare fitted";
+  EXPECT_EQ(a->stats().spare_device_bytes, 0u);
+  EXPECT_TRUE(back == expected(n, 9));
+  ASSERT_EQ(a->spill(b), SpillResult::Started);
+  a->drain();
+  const auto held = simdev_device_bytes_in_use();
+  EXPECT_EQ(a->trim(), n);
+  EXPECT_EQ(a->stats().spare_device_bytes, 0u);
+  EXPECT_EQ(simdev_device_bytes_in_use(), held - n);
+  CU_OK(read(*a, b, &back));
+  EXPECT_TRUE(back == expected(n, 9));
   CU_OK(a->free(b->va, nullptr));
 }
 
