@@ -212,7 +212,7 @@ bool Impl::reserve_device(std::uint64_t bytes, bool spill_ok, const Block* excep
   // While a rescue makes progress (or waits on blocks other threads hold for a
   // moment), try again; give up only when it cannot, or after a while (the
   // blocks in the way may be pinned by the very launch that needs memory).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
   for (;;) {
     if (dev_budget.try_reserve(bytes)) return true;
     const std::uint64_t avail = dev_budget.available();
@@ -255,6 +255,7 @@ bool Impl::rescue(std::uint64_t bytes, bool spill_ok, const Block* except) {
   for (Block* v : victims) {
     const SpillResult r = spill(v);
     if (r == SpillResult::Started) started = true;
+    if (r == SpillResult::Busy || r == SpillResult::AlreadyMoving) busy = true;  // raced with a launch or a move
     if (r == SpillResult::HostFull) break;
   }
   if (!started && !moving) {

@@ -114,7 +114,8 @@ Args parse_args(int argc, char** argv) {
     } else if (i + 1 < argc) {
       value = argv[++i];
     } else {
-      bad_flag(flag, "", "given a value");
+      std::fprintf(stderr, "%s: %s needs a value\n", kProg, flag.c_str());
+      std::exit(2);
     }
     if (flag == "--layers") a.shape.layers = parse_uint(flag, value, 2, 1024);
     else if (flag == "--mib") a.shape.mib = parse_uint(flag, value, 2, 1024);
@@ -123,7 +124,10 @@ Args parse_args(int argc, char** argv) {
     else if (flag == "--kernel-us") a.shape.kernel_us = parse_uint(flag, value, 1, 10000000);
     else if (flag == "--libtierrt") a.libtierrt = value;
     else if (flag == "--worker") a.worker = value;
-    else bad_flag(flag, value, "a known flag (see --help)");
+    else {
+      std::fprintf(stderr, "%s: unknown flag %s (see --help)\n", kProg, flag.c_str());
+      std::exit(2);
+    }
   }
   return a;
 }
@@ -526,9 +530,10 @@ void print_setup(const Shape& sh) {
               "kernels are host functions that hold their stream for a modeled time. These are not GPU figures.\n");
   std::printf("shape: %u layers x %u MiB activations (%.0f MiB per step), %u steps, median of the last %u\n",
               sh.layers, sh.mib, acts, sh.steps, sh.steps - kWarmupSteps);
+  const double ratio = sh.kernel_us / sh.copy_us();
   std::printf("link: %g GB/s each way, %.0f us per activation copy; kernels: %u us each "
-              "(%.1fx a copy; compute floor %.1f ms per step)\n",
-              sh.link_gbps, sh.copy_us(), sh.kernel_us, sh.kernel_us / sh.copy_us(),
+              "(%.1fx a copy%s; compute floor %.1f ms per step)\n",
+              sh.link_gbps, sh.copy_us(), sh.kernel_us, ratio, ratio < 2 ? ", too short to hide the copies" : "",
               2.0 * sh.layers * sh.kernel_us / 1000);
   std::printf("budget: %zu MiB of device memory (tierrt: TIERRT_DEVICE_BUDGET on a %zu MiB device; "
               "manual-offload: a %zu MiB device); hbm: a %zu MiB device\n",
