@@ -189,16 +189,20 @@ void oversubscribe(const Api& a, bool expect_tierrt) {
               static_cast<unsigned long long>(s.fetches));
 }
 
-// add_one(uint32_t* p, size_t n), found the way a GPU program finds kernels.
-CUfunction add_one_function(const Api& a) {
-  const size_t sizes[] = {sizeof(uint32_t*), sizeof(size_t)};
-  simdev_kernel_desc d{"tierrt_probe_add_one", &add_one_kernel, 2, sizes, nullptr, 0};
+// A host kernel registered with simdev, found the way a GPU program finds kernels.
+CUfunction host_kernel(const Api& a, const simdev_kernel_desc& d) {
   if (simdev_try_register_kernel(&d) != 0) fail("this scenario runs on simdev only");
   CUmodule m;
   CUfunction f;
   check(a.load_module(&m, "simdev host kernels"), "cuModuleLoadData");
-  check(a.get_function(&f, m, "tierrt_probe_add_one"), "cuModuleGetFunction");
+  check(a.get_function(&f, m, d.name), "cuModuleGetFunction");
   return f;
+}
+
+// add_one(uint32_t* p, size_t n)
+CUfunction add_one_function(const Api& a) {
+  static const size_t sizes[] = {sizeof(uint32_t*), sizeof(size_t)};
+  return host_kernel(a, {"tierrt_probe_add_one", &add_one_kernel, 2, sizes, nullptr, 0});
 }
 
 void kernel_on_spilled_block(const Api& a) {
@@ -241,13 +245,8 @@ void add_one_to_every_block_kernel(const simdev_launch* l) {
 }
 
 void kernel_naming_many_spilled_blocks(const Api& a) {
-  const size_t sizes[] = {sizeof(WideTable), sizeof(size_t)};
-  simdev_kernel_desc d{"tierrt_probe_add_one_wide", &add_one_to_every_block_kernel, 2, sizes, nullptr, 0};
-  if (simdev_try_register_kernel(&d) != 0) fail("this scenario runs on simdev only");
-  CUmodule m;
-  CUfunction f;
-  check(a.load_module(&m, "simdev host kernels"), "cuModuleLoadData");
-  check(a.get_function(&f, m, "tierrt_probe_add_one_wide"), "cuModuleGetFunction");
+  static const size_t sizes[] = {sizeof(WideTable), sizeof(size_t)};
+  CUfunction f = host_kernel(a, {"tierrt_probe_add_one_wide", &add_one_to_every_block_kernel, 2, sizes, nullptr, 0});
   const size_t bytes = 1u << 20;
   WideTable table{};
   for (size_t i = 0; i < kWideBlocks; ++i) {
