@@ -159,12 +159,19 @@ void PolicyThread::feed(const policy::Event& e, std::uint64_t ns) {
     return;
   }
   engine_->record(e);
+  if (e.kind == EventKind::Step) publish();
 }
 
 void PolicyThread::record_launch_held() {
   held_ = false;
   engine_->record(held_launch_);
   for (const policy::Event& u : held_uses_) engine_->record(u);
+  publish();
+}
+
+void PolicyThread::publish() noexcept {
+  mispredictions_.store(engine_->planner().mispredictions(), std::memory_order_relaxed);
+  steps_learned_.store(engine_->steps_completed(), std::memory_order_relaxed);
 }
 
 alloc::Block* PolicyThread::block_for(std::uint32_t ordinal) const {

@@ -52,6 +52,9 @@ class PolicyThread {
   // Mover reports that named a block of the step they arrived in.
   std::uint64_t demand_reports() const noexcept { return demand_reports_.load(); }
   std::uint64_t late_reports() const noexcept { return late_reports_.load(); }
+  // Demand fetches of blocks a followed plan had spilled, and steps planned.
+  std::uint64_t mispredictions() const noexcept { return mispredictions_.load(); }
+  std::uint64_t steps_learned() const noexcept { return steps_learned_.load(); }
 
  private:
   // What a slot carries: an event, or a mover report (event.a = block, event.b = ns).
@@ -74,6 +77,7 @@ class PolicyThread {
   void feed(const policy::Event& e, std::uint64_t ns);
   void report(Channel channel, const policy::Event& e);
   void record_launch_held();
+  void publish() noexcept;  // what the engine learned, for stats readers on other threads
   alloc::Block* block_for(std::uint32_t ordinal) const;
   void act(std::span<const policy::Trigger> triggers, policy::Action action);
   bool carry_out(const policy::Trigger& t);
@@ -90,6 +94,7 @@ class PolicyThread {
   std::condition_variable cv_;
   std::atomic<std::uint64_t> dropped_{0}, prefetches_{0}, spills_{0};
   std::atomic<std::uint64_t> demand_reports_{0}, late_reports_{0};
+  std::atomic<std::uint64_t> mispredictions_{0}, steps_learned_{0};
 
   // The launch held back until its duration is known, and the uses that came with it.
   bool held_ = false;

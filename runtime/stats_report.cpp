@@ -50,6 +50,8 @@ void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
   if (const PolicyThread* p = e.planner()) {
     t.planned_spills = p->spills_issued();
     t.planned_prefetches = p->prefetches_issued();
+    t.mispredictions = p->mispredictions();
+    t.steps_learned = p->steps_learned();
   }
   size_t n = out->struct_size && out->struct_size < sizeof t ? out->struct_size : sizeof t;
   std::memcpy(out, &t, n);
@@ -94,12 +96,11 @@ void write_stats_report(const Engine& e) noexcept {
   std::fprintf(f, "  launches seen           %10llu; steps marked %llu\n", static_cast<unsigned long long>(t.launches_seen),
                static_cast<unsigned long long>(t.steps_marked));
   if (e.planner())
-    std::fprintf(f, "  planner                 %10llu spills, %llu prefetches started; %llu events dropped; "
-                 "mover reported %llu demand fetches, %llu late prefetches\n",
+    std::fprintf(f, "  planner                 %10llu spills, %llu prefetches started over %llu steps; "
+                 "%llu mispredictions; %llu events dropped\n",
                  static_cast<unsigned long long>(t.planned_spills), static_cast<unsigned long long>(t.planned_prefetches),
-                 static_cast<unsigned long long>(e.planner()->dropped()),
-                 static_cast<unsigned long long>(e.planner()->demand_reports()),
-                 static_cast<unsigned long long>(e.planner()->late_reports()));
+                 static_cast<unsigned long long>(t.steps_learned), static_cast<unsigned long long>(t.mispredictions),
+                 static_cast<unsigned long long>(e.planner()->dropped()));
   std::fprintf(f, "  live bytes per class   ");
   for (int c = 0; c < 8; ++c)
     if (s.class_bytes[c]) std::fprintf(f, " %s %.1f MiB", kClassNames[c], mib(s.class_bytes[c]));

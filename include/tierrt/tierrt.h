@@ -60,6 +60,8 @@ typedef struct tierrt_stats {
   uint64_t late_fetches;            /* prefetches still under way when a launch needed them */
   uint64_t d2h_bytes_per_s;         /* spill copies as measured on the device; 0 before the first */
   uint64_t h2d_bytes_per_s;         /* fetch copies, likewise */
+  uint64_t mispredictions;          /* demand fetches of blocks the planner's plan had spilled */
+  uint64_t steps_learned;           /* training steps the planner has seen end */
 } tierrt_stats;
 
 /* "0.1.0" */

@@ -372,10 +372,12 @@ void training_loop(const Api& a) {
   // Every copy is timed on the device; the rates feed the planner and the stats.
   if (st.d2h_bytes_per_s == 0 || st.h2d_bytes_per_s == 0) fail("the spills and fetches were not measured");
   std::printf("%u steps x %u layers x %zu MiB, every activation intact; spilled %llu, fetched %llu (%llu on demand); "
-              "planner started %llu spills, %llu prefetches; %llu prefetches late; copies %.2f GB/s out, %.2f GB/s in\n",
+              "planner started %llu spills, %llu prefetches over %llu steps (%llu mispredictions); %llu prefetches late; "
+              "copies %.2f GB/s out, %.2f GB/s in\n",
               steps, layers, bytes >> 20, static_cast<unsigned long long>(st.spills),
               static_cast<unsigned long long>(st.fetches), static_cast<unsigned long long>(st.demand_fetches),
               static_cast<unsigned long long>(st.planned_spills), static_cast<unsigned long long>(st.planned_prefetches),
+              static_cast<unsigned long long>(st.steps_learned), static_cast<unsigned long long>(st.mispredictions),
               static_cast<unsigned long long>(st.late_fetches), static_cast<double>(st.d2h_bytes_per_s) / 1e9,
               static_cast<double>(st.h2d_bytes_per_s) / 1e9);
   if (const char* p = std::getenv("TIERRT_POLICY"); p && std::string(p) == "planner" &&
