@@ -177,7 +177,7 @@ struct Worker {
   Shape shape;
   CUfunction fwd = nullptr, bwd = nullptr;
   CUdeviceptr flag = 0;
-  size_t live = 0, peak = 0;  // device bytes of activations, where tierrt does not count them
+  size_t peak = 0;  // device bytes the activations took, where tierrt does not count them
 
   void forward(CUdeviceptr act, uint32_t step, uint32_t layer, CUstream s) {
     size_t n = shape.act_bytes() / 4;
@@ -189,9 +189,6 @@ struct Worker {
     void* p[] = {&act, &n, &step, &layer, &flag};
     check(cuLaunchKernel(bwd, 1, 1, 1, 1, 1, 1, 0, s, p, nullptr), "cuLaunchKernel (backward)");
   }
-  void allocated(size_t bytes) { peak = std::max(peak, live += bytes); }
-  void freed(size_t bytes) { live -= bytes; }
-
   // The job as tierrt sees it (PyTorch without its caching allocator, or
   // with tierrt as its allocator): cuMemAlloc and cuMemFree per activation,
   // everything on the legacy stream.
@@ -199,13 +196,11 @@ struct Worker {
     std::vector<CUdeviceptr> act(shape.layers);
     for (uint32_t l = 0; l < shape.layers; ++l) {
       check(cuMemAlloc(&act[l], shape.act_bytes()), "cuMemAlloc (activation)");
-      allocated(shape.act_bytes());
       forward(act[l], step, l, nullptr);
     }
     for (uint32_t l = shape.layers; l-- > 0;) {
       backward(act[l], step, l, nullptr);
       check(cuMemFree(act[l]), "cuMemFree (activation)");
-      freed(shape.act_bytes());
     }
   }
 };
