@@ -65,7 +65,7 @@ CUresult Impl::init() noexcept {
     host.set_spare_limit(std::min<std::uint64_t>(1ull << 30, host_budget.limit() / 4));
     // Spare device chunks count against the budget; the first thing a
     // rescue gives back.
-    dev_spares.set_limit(std::min<std::uint64_t>(1ull << 30, dev_budget.limit() / 8));
+    dev_spares.set_limit(std::min<std::uint64_t>(1ull << 30, dev_budget.limit() / 4));
 
     int least = 0, greatest = 0;
     if (TIERRT_CU(cuCtxGetStreamPriorityRange, &least, &greatest) != CUDA_SUCCESS) least = greatest = 0;
@@ -177,11 +177,6 @@ CUresult Impl::create_device_chunk(std::size_t bytes, CUmemGenericAllocationHand
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = dev;
-  // The caller reserved `bytes`; a spare already held its own share.
-  if (dev_spares.take(bytes, h)) {
-    dev_budget.release(bytes);
-    return CUDA_SUCCESS;
-  }
   CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
   for (int attempt = 0; attempt < 8; ++attempt) {
     r = TIERRT_CU(cuMemCreate, h, bytes, &prop, 0ull);
@@ -189,6 +184,17 @@ CUresult Impl::create_device_chunk(std::size_t bytes, CUmemGenericAllocationHand
     // The driver is out of memory although the budget was not: free some.
     if (!rescue(bytes, spill_ok, except)) break;
   }
+  return r;
+}
+
+CUresult Impl::obtain_device_chunk(std::size_t bytes, CUmemGenericAllocationHandle* h, bool spill_ok,
+                                   const Block* except) {
+  // Before reserving: a spare of this size holds its share of the budget
+  // already, and a rescue would release it first.
+  if (dev_spares.take(bytes, h)) return CUDA_SUCCESS;
+  if (!reserve_device(bytes, spill_ok, except)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const CUresult r = create_device_chunk(bytes, h, spill_ok, except);
+  if (r != CUDA_SUCCESS) dev_budget.release(bytes);
   return r;
 }
 
@@ -381,28 +387,28 @@ CUresult Impl::alloc_block(CUdeviceptr* out, std::size_t bytes, CUstream s, bool
     return CUDA_SUCCESS;
   }
 
-  // 2. New memory from the driver.
-  if (!reserve_device(mapped, true, nullptr)) return CUDA_ERROR_OUT_OF_MEMORY;
+  // 2. New memory: a spare chunk, or one from the driver.
   b = new_block();
   CUdeviceptr va = 0;
   CUresult r = TIERRT_CU(cuMemAddressReserve, &va, mapped, gran, CUdeviceptr{0}, 0ull);
   if (r != CUDA_SUCCESS) {
-    dev_budget.release(mapped);
     recycle_block(b);
     return r;
   }
   CUmemGenericAllocationHandle h = 0;
-  r = create_device_chunk(mapped, &h, true, nullptr);
-  if (r == CUDA_SUCCESS) {
-    r = map_rw(va, mapped, h, false);
-    if (r != CUDA_SUCCESS) (void)TIERRT_CU(cuMemRelease, h);
+  r = obtain_device_chunk(mapped, &h, true, nullptr);
+  if (r != CUDA_SUCCESS) {
+    (void)TIERRT_CU(cuMemAddressFree, va, mapped);
+    recycle_block(b);
+    return r;
   }
+  r = map_rw(va, mapped, h, false);
   if (r == CUDA_SUCCESS && !table->insert(va, mapped, reinterpret_cast<std::uintptr_t>(b))) {
     (void)TIERRT_CU(cuMemUnmap, va, mapped);
-    (void)TIERRT_CU(cuMemRelease, h);
     r = CUDA_ERROR_NOT_SUPPORTED;
   }
   if (r != CUDA_SUCCESS) {
+    (void)TIERRT_CU(cuMemRelease, h);
     (void)TIERRT_CU(cuMemAddressFree, va, mapped);
     dev_budget.release(mapped);
     recycle_block(b);

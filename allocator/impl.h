@@ -76,7 +76,11 @@ class Impl {
   // spills it started. True when it made progress.
   bool rescue(std::uint64_t bytes, bool spill_ok, const Block* except);
   std::uint64_t trim(std::uint64_t bytes);
-  // A device chunk of `bytes` (reserved by the caller): a spare, or a new one.
+  // A device chunk of `bytes` whose share of the budget is held: a spare, or
+  // a new one (reserve, then create).
+  CUresult obtain_device_chunk(std::size_t bytes, CUmemGenericAllocationHandle* h, bool spill_ok,
+                               const Block* except);
+  // A new chunk of `bytes`, already reserved by the caller.
   CUresult create_device_chunk(std::size_t bytes, CUmemGenericAllocationHandle* h, bool spill_ok,
                                const Block* except);
   // An unmapped device chunk nobody needs: kept as a spare, or released.

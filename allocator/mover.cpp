@@ -333,47 +333,43 @@ CUresult Impl::fetch(Block* b, CUstream consumer, bool demand) {
     (void)TIERRT_CU(cuEventSynchronize, u->ev);
     unref(u);
   }
-  CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
   CUmemGenericAllocationHandle d = 0;
-  bool reserved = reserve_device(b->mapped, demand, b);
-  if (reserved) {
-    r = create_device_chunk(b->mapped, &d, demand, b);
-    if (r == CUDA_SUCCESS) {
-      if (mode == SpillMode::Remap) {
-        r = TIERRT_CU(cuMemUnmap, b->va, b->mapped);
-        if (r == CUDA_SUCCESS) {
-          r = map_rw(b->va, b->mapped, d, false);
-          if (r != CUDA_SUCCESS) {
-            // Put the host chunk back where it was.
-            (void)map_rw(b->va, b->mapped, op->host, true);
-          }
-        }
-        if (r == CUDA_SUCCESS) {
-          acquire_timing(op);
-          time_copy_edge(*this, op, op->copy_begin, h2d);
-          r = TIERRT_CU(cuMemcpyAsync, b->va, b->shadow, b->size, h2d);
-        }
-      } else {
-        r = map_rw(b->va, b->mapped, d, false);
-        if (r == CUDA_SUCCESS) {
-          acquire_timing(op);
-          time_copy_edge(*this, op, op->copy_begin, h2d);
-          r = TIERRT_CU(cuMemcpyHtoDAsync, b->va, op->host_buf, b->size, h2d);
-        }
-      }
-      if (r == CUDA_SUCCESS) time_copy_edge(*this, op, op->copy_end, h2d);
+  CUresult r = obtain_device_chunk(b->mapped, &d, demand, b);
+  if (r == CUDA_SUCCESS) {
+    if (mode == SpillMode::Remap) {
+      r = TIERRT_CU(cuMemUnmap, b->va, b->mapped);
       if (r == CUDA_SUCCESS) {
-        op->ev = acquire_event();
-        r = op->ev ? TIERRT_CU(cuEventRecord, op->ev->ev, h2d) : CUDA_ERROR_OUT_OF_MEMORY;
+        r = map_rw(b->va, b->mapped, d, false);
+        if (r != CUDA_SUCCESS) {
+          // Put the host chunk back where it was.
+          (void)map_rw(b->va, b->mapped, op->host, true);
+        }
       }
-      if (r != CUDA_SUCCESS) {
-        (void)TIERRT_CU(cuStreamSynchronize, h2d);
-        if (mode == SpillMode::Copy) (void)TIERRT_CU(cuMemUnmap, b->va, b->mapped);
-        (void)TIERRT_CU(cuMemRelease, d);
-        d = 0;
+      if (r == CUDA_SUCCESS) {
+        acquire_timing(op);
+        time_copy_edge(*this, op, op->copy_begin, h2d);
+        r = TIERRT_CU(cuMemcpyAsync, b->va, b->shadow, b->size, h2d);
+      }
+    } else {
+      r = map_rw(b->va, b->mapped, d, false);
+      if (r == CUDA_SUCCESS) {
+        acquire_timing(op);
+        time_copy_edge(*this, op, op->copy_begin, h2d);
+        r = TIERRT_CU(cuMemcpyHtoDAsync, b->va, op->host_buf, b->size, h2d);
       }
     }
-    if (r != CUDA_SUCCESS) dev_budget.release(b->mapped);
+    if (r == CUDA_SUCCESS) time_copy_edge(*this, op, op->copy_end, h2d);
+    if (r == CUDA_SUCCESS) {
+      op->ev = acquire_event();
+      r = op->ev ? TIERRT_CU(cuEventRecord, op->ev->ev, h2d) : CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (r != CUDA_SUCCESS) {
+      (void)TIERRT_CU(cuStreamSynchronize, h2d);
+      if (mode == SpillMode::Copy) (void)TIERRT_CU(cuMemUnmap, b->va, b->mapped);
+      (void)TIERRT_CU(cuMemRelease, d);
+      dev_budget.release(b->mapped);
+      d = 0;
+    }
   }
   if (r != CUDA_SUCCESS) {
     unref(op->ev);
