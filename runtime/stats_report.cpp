@@ -38,6 +38,7 @@ void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
   t.allocations = s.allocs;
   t.driver_allocations = s.driver_allocs;
   t.spills = s.spills;
+  t.spills_aborted = s.spills_aborted;
   t.bytes_spilled = s.bytes_spilled;
   t.fetches = s.fetches;
   t.demand_fetches = s.demand_fetches;
@@ -78,8 +79,9 @@ void write_stats_report(const Engine& e) noexcept {
                mib(t.host_budget));
   std::fprintf(f, "  host tier               %10.1f MiB now, %10.1f MiB at peak\n", mib(t.host_bytes_in_use),
                mib(t.host_peak_bytes));
-  std::fprintf(f, "  spilled                 %10llu blocks, %10.1f MiB\n", static_cast<unsigned long long>(t.spills),
-               mib(t.bytes_spilled));
+  std::fprintf(f, "  spilled                 %10llu blocks, %10.1f MiB (%llu more started, then used again in time)\n",
+               static_cast<unsigned long long>(t.spills - std::min(t.spills, t.spills_aborted)), mib(t.bytes_spilled),
+               static_cast<unsigned long long>(t.spills_aborted));
   std::fprintf(f, "  fetched back            %10llu blocks, %10.1f MiB (%llu prefetched, %llu on demand)\n",
                static_cast<unsigned long long>(t.fetches), mib(t.bytes_fetched),
                static_cast<unsigned long long>(prefetched), static_cast<unsigned long long>(t.demand_fetches));
@@ -101,10 +103,14 @@ void write_stats_report(const Engine& e) noexcept {
                  static_cast<unsigned long long>(t.planned_spills), static_cast<unsigned long long>(t.planned_prefetches),
                  static_cast<unsigned long long>(t.steps_learned), static_cast<unsigned long long>(t.mispredictions),
                  static_cast<unsigned long long>(e.planner()->dropped()));
-  std::fprintf(f, "  live bytes per class   ");
-  for (int c = 0; c < 8; ++c)
-    if (s.class_bytes[c]) std::fprintf(f, " %s %.1f MiB", kClassNames[c], mib(s.class_bytes[c]));
-  std::fprintf(f, "\n");
+  bool any_class = false;
+  for (int c = 1; c < 8; ++c) any_class |= s.class_bytes[c] != 0;
+  if (any_class) {  // only when something classified the blocks still live
+    std::fprintf(f, "  live bytes per class   ");
+    for (int c = 0; c < 8; ++c)
+      if (s.class_bytes[c]) std::fprintf(f, " %s %.1f MiB", kClassNames[c], mib(s.class_bytes[c]));
+    std::fprintf(f, "\n");
+  }
   if (f != stderr) std::fclose(f);
 }
 

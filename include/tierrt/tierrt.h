@@ -62,6 +62,7 @@ typedef struct tierrt_stats {
   uint64_t h2d_bytes_per_s;         /* fetch copies, likewise */
   uint64_t mispredictions;          /* demand fetches of blocks the planner's plan had spilled */
   uint64_t steps_learned;           /* training steps the planner has seen end */
+  uint64_t spills_aborted;          /* spills (counted in spills) overtaken by a use or free: the block stayed */
 } tierrt_stats;
 
 /* "0.1.0" */
