@@ -247,9 +247,11 @@ bool Impl::rescue(std::uint64_t bytes, bool spill_ok, const Block* except) {
     std::uint64_t sum = 0;
     for (Block& b : lru) {
       if (sum >= need) break;
-      if (&b == except || b.captured || b.st() != State::Resident) continue;
+      if (&b == except || b.captured) continue;
+      const State st = b.st();
+      if (st != State::Resident && st != State::Fetching) continue;
       // Idle soon: a launch being enqueued, or a fetch not yet finalised.
-      if (b.ops_pending || b.pins.load() != 0 || b.ready.load() != nullptr) {
+      if (st == State::Fetching || b.ops_pending || b.pins.load() != 0 || b.ready.load() != nullptr) {
         busy = true;
         continue;
       }
