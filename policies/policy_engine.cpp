@@ -236,6 +236,24 @@ std::optional<BlockId> PolicyEngine::block_of(std::uint32_t ordinal) const {
   return by_ordinal_[ordinal];
 }
 
+std::size_t PolicyEngine::set_launch_durations(LaunchSeq from, LaunchSeq to, std::uint64_t ns) {
+  std::size_t n = 0;
+  // Newest first: the launches measured are recent ones.
+  for (auto it = events_.rbegin(); it != events_.rend(); ++it) {
+    if (it->kind != EventKind::Launch) continue;
+    if (it->a < from) break;
+    if (it->a < to) it->b = ns, ++n;
+  }
+  return n;
+}
+
+std::uint64_t PolicyEngine::step_launch_ns() const {
+  std::uint64_t sum = 0;
+  for (const Event& e : events_)
+    if (e.kind == EventKind::Launch) sum += e.b;
+  return sum;
+}
+
 void PolicyEngine::report_late(std::uint32_t ordinal, double late_ns) { late_.emplace_back(ordinal, late_ns); }
 
 void PolicyEngine::report_demand_fetch(std::uint32_t ordinal) { demanded_.push_back(ordinal); }

@@ -58,6 +58,13 @@ class PolicyEngine {
   void report_late(std::uint32_t ordinal, double late_ns);
   void report_demand_fetch(std::uint32_t ordinal);
 
+  // Durations measured later than the launches were recorded (on the device):
+  // launches of the current step with sequence numbers in [from, to) take `ns`
+  // each. Returns how many were found.
+  std::size_t set_launch_durations(LaunchSeq from, LaunchSeq to, std::uint64_t ns);
+  // The current step's launch time so far, as recorded.
+  std::uint64_t step_launch_ns() const;
+
   void set_budget(std::uint64_t budget) { options_.budget = budget; }
 
   bool following_plan() const { return !candidates_.empty(); }

@@ -159,7 +159,9 @@ void Engine::note_launch(const BlockList& blocks, CUstream stream) noexcept {
   const policy::StreamId sid = recorder_ ? recorder_->stream_id(stream) : 0;
   if (recorder_ && recorder_->events_on()) recorder_->launch(seq, sid, blocks.span());
   if (policy_) {
-    policy_->post(policy::Event::launch(seq, 0, sid));
+    // Under capture, recording an event would put it into the graph.
+    const bool timed = DeviceClock::due(seq) && !captures_.capturing(stream) && policy_->clock().record(seq, stream);
+    policy_->post_launch(policy::Event::launch(seq, 0, sid), timed);
     for (alloc::Block* b : blocks.span()) policy_->post(policy::Event::use(b->va, seq, sid));
   }
   // Residency over time, every 256 launches: enough to draw, cheap to keep.

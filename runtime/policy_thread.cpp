@@ -35,6 +35,10 @@ PolicyThread::~PolicyThread() = default;
 
 void PolicyThread::post(const policy::Event& e) noexcept { push(e, Channel::Event); }
 
+void PolicyThread::post_launch(const policy::Event& launch, bool timed) noexcept {
+  push(launch, timed ? Channel::TimedLaunch : Channel::Event);
+}
+
 void PolicyThread::post_demand_fetch(policy::BlockId block) noexcept {
   push(policy::Event{policy::EventKind::Use, 0, 0, block, 0}, Channel::DemandFetch);
 }
@@ -98,10 +102,20 @@ void PolicyThread::run() {
     while (take(&e, &ns, &channel)) {
       if (failed_) continue;  // drained, not planned: the reactive policy is in charge
       try {
-        channel == Channel::Event ? feed(e, ns) : report(channel, e);
+        if (channel == Channel::TimedLaunch && samples_.size() - samples_read_ < DeviceClock::kSlots)
+          samples_.push_back(e.a);
+        channel == Channel::Event || channel == Channel::TimedLaunch ? feed(e, ns) : report(channel, e);
       } catch (const std::exception& x) {
         // The planner is an optimisation: whatever goes wrong in it must not
         // take the job down.
+        TIERRT_LOG(kError, "the planner stopped (%s); the reactive policy stays in charge", x.what());
+        failed_ = true;
+      }
+    }
+    if (!failed_) {
+      try {
+        read_clock();
+      } catch (const std::exception& x) {
         TIERRT_LOG(kError, "the planner stopped (%s); the reactive policy stays in charge", x.what());
         failed_ = true;
       }
@@ -136,11 +150,14 @@ void PolicyThread::feed(const policy::Event& e, std::uint64_t ns) {
     return;
   }
   if (held_) {
-    // The next event tells how long the held launch ran before it.
-    held_launch_.b = ns - held_ns_;
+    // The next event tells how long the held launch took on the host; once
+    // the device clock has spoken, its mean is the better guess until the
+    // launch's own device time arrives.
+    held_launch_.b = device_launch_ns_ > 0 ? static_cast<std::uint64_t>(device_launch_ns_) : ns - held_ns_;
     record_launch_held();
   }
   if (e.kind == EventKind::Launch) {
+    read_clock();
     // The launch is out, its uses recorded: spill what it used last, and
     // bring back what it and the launch after it need (this thread learns of
     // a launch only once it was issued).
@@ -167,6 +184,28 @@ void PolicyThread::record_launch_held() {
   engine_->record(held_launch_);
   for (const policy::Event& u : held_uses_) engine_->record(u);
   publish();
+}
+
+void PolicyThread::read_clock() {
+  while (samples_read_ < samples_.size()) {
+    const std::uint64_t seq = samples_[samples_read_];
+    double ns = 0;
+    const auto r = last_sample_ == UINT64_MAX ? DeviceClock::Read::Lost
+                                                : clock_.elapsed_ns(last_sample_, seq, &ns);
+    if (r == DeviceClock::Read::NotYet) break;
+    if (r == DeviceClock::Read::Ready) {
+      // The launches after the last sample, up to this one, shared this time.
+      const double each = ns / static_cast<double>(seq - last_sample_);
+      engine_->set_launch_durations(last_sample_ + 1, seq + 1, static_cast<std::uint64_t>(each));
+      device_launch_ns_ = device_launch_ns_ > 0 ? 0.9 * device_launch_ns_ + 0.1 * each : each;
+    }
+    last_sample_ = seq;
+    ++samples_read_;
+  }
+  if (samples_read_ > 1024) {  // keep the vector small
+    samples_.erase(samples_.begin(), samples_.begin() + static_cast<std::ptrdiff_t>(samples_read_));
+    samples_read_ = 0;
+  }
 }
 
 void PolicyThread::publish() noexcept {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "allocator/allocator.h"
+#include "runtime/device_clock.h"
 #include "policies/event.hpp"
 #include "policies/trigger_table.hpp"
 
@@ -42,6 +43,9 @@ class PolicyThread {
   ~PolicyThread();
 
   void post(const policy::Event& e) noexcept;
+  // A launch; `timed` when the clock recorded its sample (DeviceClock::record).
+  void post_launch(const policy::Event& launch, bool timed) noexcept;
+  DeviceClock& clock() noexcept { return clock_; }
   // What the mover saw (see alloc::MoveObserver), for the current step's feedback.
   void post_demand_fetch(policy::BlockId block) noexcept;
   void post_late_fetch(policy::BlockId block, std::uint64_t late_ns) noexcept;
@@ -58,7 +62,7 @@ class PolicyThread {
 
  private:
   // What a slot carries: an event, or a mover report (event.a = block, event.b = ns).
-  enum class Channel : std::uint8_t { Event, DemandFetch, LateFetch };
+  enum class Channel : std::uint8_t { Event, TimedLaunch, DemandFetch, LateFetch };
   struct Slot {
     std::atomic<std::uint64_t> turn{0};
     policy::Event event;
@@ -77,6 +81,7 @@ class PolicyThread {
   void feed(const policy::Event& e, std::uint64_t ns);
   void report(Channel channel, const policy::Event& e);
   void record_launch_held();
+  void read_clock();  // device durations of the launches between samples that completed
   void publish() noexcept;  // what the engine learned, for stats readers on other threads
   alloc::Block* block_for(std::uint32_t ordinal) const;
   void act(std::span<const policy::Trigger> triggers, policy::Action action);
@@ -101,6 +106,12 @@ class PolicyThread {
   policy::Event held_launch_{};
   std::uint64_t held_ns_ = 0;
   std::vector<policy::Event> held_uses_;
+
+  DeviceClock clock_;
+  std::vector<std::uint64_t> samples_;  // recorded, not yet read (oldest first)
+  std::size_t samples_read_ = 0;        // of samples_
+  std::uint64_t last_sample_ = UINT64_MAX;
+  double device_launch_ns_ = 0;         // running mean of a launch's device time; 0: none yet
   bool failed_ = false;  // the engine threw: events are drained, nothing planned
 
   // Triggers that could not be carried out yet, tried again at each launch.

@@ -367,5 +367,22 @@ TEST(PolicyEngine, AnyEventStreamKeepsTheEngineConsistent) {
   }
 }
 
+
+// Device durations arrive after the launches were recorded (the runtime
+// reads them off timing events); they replace what the host measured.
+TEST(PolicyEngine, LaunchDurationsMeasuredLaterReplaceTheRecordedOnes) {
+  PolicyEngine engine({1ull << 30, parse_link("pcie5"), {}});
+  engine.record(Event::step(0));
+  engine.record(Event::alloc(0x1000, 1 << 20));
+  for (std::uint64_t seq = 100; seq < 120; ++seq) {
+    engine.record(Event::launch(seq, 5));  // what the host saw: 5 ns apart
+    engine.record(Event::use(0x1000, seq));
+  }
+  EXPECT_EQ(engine.step_launch_ns(), 20u * 5);
+  EXPECT_EQ(engine.set_launch_durations(104, 112, 1000), 8u);
+  EXPECT_EQ(engine.step_launch_ns(), 12u * 5 + 8u * 1000);
+  EXPECT_EQ(engine.set_launch_durations(50, 60, 1000), 0u);  // not in this step
+}
+
 }  // namespace
 }  // namespace tierrt::policy

@@ -1,0 +1,47 @@
+// Launch durations as the device sees them. The host runs ahead of the
+// device (launches queue up until a synchronisation or a full queue), and
+// it stalls in tierrt's own rescues, so the time between two launches on the
+// host says little about how long kernels run; a plan made on host times
+// moves memory at the wrong moments. Every kEvery-th launch records a timing
+// event on its own stream, right after it; the policy thread reads the
+// device time between consecutive samples once they completed and spreads
+// it over the launches in between.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace tierrt {
+
+class DeviceClock {
+ public:
+  static constexpr std::uint64_t kEvery = 8;
+  static constexpr std::uint64_t kSlots = 512;  // samples in flight before one is recorded over
+
+  // Creates the events in the current context; ok() is false if it could not.
+  DeviceClock() noexcept;
+  ~DeviceClock();
+  DeviceClock(const DeviceClock&) = delete;
+  DeviceClock& operator=(const DeviceClock&) = delete;
+
+  bool ok() const noexcept { return ok_; }
+  static bool due(std::uint64_t seq) noexcept { return seq % kEvery == 0; }
+
+  // Launch path, right after launch `seq` went out on `stream` (not a
+  // capturing one). False when nothing was recorded.
+  bool record(std::uint64_t seq, CUstream stream) noexcept;
+
+  enum class Read : std::uint8_t { NotYet, Ready, Lost };
+  // Device time between samples `a` and `b` (a < b), once `b` completed.
+  // Lost: the slots were recorded over, or the driver refused.
+  Read elapsed_ns(std::uint64_t a, std::uint64_t b, double* ns) const noexcept;
+
+ private:
+  CUevent& slot(std::uint64_t seq) noexcept { return events_[(seq / kEvery) % kSlots]; }
+  CUevent slot(std::uint64_t seq) const noexcept { return events_[(seq / kEvery) % kSlots]; }
+  CUevent events_[kSlots] = {};
+  bool ok_ = false;
+};
+
+}  // namespace tierrt
