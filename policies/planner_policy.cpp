@@ -54,7 +54,17 @@ void PlannerPolicy::observe(const StepTimeline& observed, const SimResult& outco
     }
     late_prefetches_ += outcome.late_prefetches;
   }
+  // A launch's measured time includes the stalls moves caused (the device
+  // waiting for a fetch); they only ever add. The shortest seen is the
+  // launch's own time. Zero means not measured.
+  std::vector<std::uint64_t> shortest;
+  if (!fresh && shape.timeline.ops.size() == observed.ops.size())
+    for (std::size_t i = 0; i < observed.ops.size(); ++i) {
+      const std::uint64_t before = shape.timeline.ops[i].duration_ns, now = observed.ops[i].duration_ns;
+      shortest.push_back(before > 0 && (now == 0 || before < now) ? before : now);
+    }
   shape.timeline = observed;
+  for (std::size_t i = 0; i < shortest.size(); ++i) shape.timeline.ops[i].duration_ns = shortest[i];
   classify(shape.timeline);
   shape.stale = true;
   shape.last_seen = observed_;
@@ -65,6 +75,11 @@ void PlannerPolicy::observe(const StepTimeline& observed, const SimResult& outco
                                    [](auto& a, auto& b) { return a.second.last_seen < b.second.last_seen; });
     shapes_.erase(oldest);
   }
+}
+
+const StepTimeline* PlannerPolicy::last_timeline() const {
+  auto it = shapes_.find(last_signature_);
+  return it == shapes_.end() ? nullptr : &it->second.timeline;
 }
 
 double PlannerPolicy::lead_ns(std::uint32_t ordinal) const {

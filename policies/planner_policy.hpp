@@ -28,6 +28,8 @@ class PlannerPolicy final : public Policy {
   std::size_t shapes_known() const { return shapes_.size(); }
   // The extra lead the feedback gave `ordinal`'s prefetch in the shape observed last.
   double lead_ns(std::uint32_t ordinal) const;
+  // What the planner believes of the shape observed last (null before any).
+  const StepTimeline* last_timeline() const;
 
  private:
   struct Shape {

@@ -71,7 +71,7 @@ Engine::Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext
     : settings_(s), alloc_(std::move(a)), ctx_(ctx) {
   if (!s.record.empty() || !s.trace.empty()) recorder_ = std::make_unique<Recorder>(s.record, s.trace);
   if (s.mode == Mode::kTier && s.policy == "planner")
-    policy_ = std::make_unique<PolicyThread>(*alloc_, ctx, alloc_->stats().device_budget);
+    policy_ = std::make_unique<PolicyThread>(*alloc_, ctx, alloc_->stats().device_budget, recorder_.get());
   feedback_ = std::make_unique<MoveFeedback>(recorder_.get(), policy_.get());
   alloc_->set_observer(feedback_.get());
 }

@@ -8,6 +8,7 @@
 #include "policies/link_model.hpp"
 #include "policies/policy_engine.hpp"
 #include "runtime/log.h"
+#include "runtime/recorder.h"
 
 namespace tierrt {
 
@@ -21,8 +22,8 @@ std::uint64_t steady_ns() {
 
 }  // namespace
 
-PolicyThread::PolicyThread(alloc::Allocator& allocator, CUcontext ctx, std::uint64_t budget)
-    : allocator_(allocator), ctx_(ctx), ring_(new Slot[kSlots]) {
+PolicyThread::PolicyThread(alloc::Allocator& allocator, CUcontext ctx, std::uint64_t budget, Recorder* recorder)
+    : allocator_(allocator), recorder_(recorder), ctx_(ctx), ring_(new Slot[kSlots]) {
   for (std::uint64_t i = 0; i < kSlots; ++i) ring_[i].turn.store(i, std::memory_order_relaxed);
   policy::PolicyEngine::Options o;
   o.budget = budget;
@@ -153,7 +154,11 @@ void PolicyThread::feed(const policy::Event& e, std::uint64_t ns) {
     // The next event tells how long the held launch took on the host; once
     // the device clock has spoken, its mean is the better guess until the
     // launch's own device time arrives.
-    held_launch_.b = device_launch_ns_ > 0 ? static_cast<std::uint64_t>(device_launch_ns_) : ns - held_ns_;
+    // (Without a clock, the host's time is all there is; with one, a launch
+    // before its first reading is left unmeasured: zero.)
+    held_launch_.b = device_launch_ns_ > 0 ? static_cast<std::uint64_t>(device_launch_ns_)
+                     : clock_.ok()          ? 0
+                                            : ns - held_ns_;
     record_launch_held();
   }
   if (e.kind == EventKind::Launch) {
@@ -197,6 +202,7 @@ void PolicyThread::read_clock() {
       // The launches after the last sample, up to this one, shared this time.
       const double each = ns / static_cast<double>(seq - last_sample_);
       engine_->set_launch_durations(last_sample_ + 1, seq + 1, static_cast<std::uint64_t>(each));
+      if (recorder_) recorder_->set_launch_durations(last_sample_ + 1, seq + 1, static_cast<std::uint64_t>(each));
       device_launch_ns_ = device_launch_ns_ > 0 ? 0.9 * device_launch_ns_ + 0.1 * each : each;
     }
     last_sample_ = seq;

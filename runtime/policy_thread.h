@@ -35,11 +35,13 @@ namespace tierrt {
 namespace policy {
 class PolicyEngine;
 }
+class Recorder;
 
 class PolicyThread {
  public:
   // Starts the thread with `ctx` current.
-  PolicyThread(alloc::Allocator& allocator, CUcontext ctx, std::uint64_t budget);
+  // `recorder` (may be null) also gets the launch durations the device clock measures.
+  PolicyThread(alloc::Allocator& allocator, CUcontext ctx, std::uint64_t budget, Recorder* recorder);
   ~PolicyThread();
 
   void post(const policy::Event& e) noexcept;
@@ -89,6 +91,7 @@ class PolicyThread {
   void retry_deferred();
 
   alloc::Allocator& allocator_;
+  Recorder* recorder_;
   CUcontext ctx_;
   std::unique_ptr<policy::PolicyEngine> engine_;
   std::unique_ptr<Slot[]> ring_;

@@ -33,6 +33,7 @@ Recorder::Recorder(const std::string& events_path, const std::string& trace_path
     : events_path_(events_path), trace_path_(trace_path), start_ns_(steady_ns()) {
   if (!events_path_.empty() && !(events_ = reserve<policy::Event>(kMaxEvents)))
     TIERRT_LOG(kError, "cannot reserve memory for TIERRT_RECORD; not recording");
+  if (events_) launch_at_.reset(new std::atomic<std::uint64_t>[kLaunchRing]());
   if (!trace_path_.empty() && !(samples_ = reserve<ResidencySample>(kMaxSamples)))
     TIERRT_LOG(kError, "cannot reserve memory for TIERRT_TRACE; not tracing");
 }
@@ -50,10 +51,26 @@ void Recorder::launch(policy::LaunchSeq seq, policy::StreamId stream, std::span<
   const std::uint64_t i = n_events_.fetch_add(n + 1, std::memory_order_relaxed);
   const std::uint64_t prev = last_launch_index_.exchange(i, std::memory_order_relaxed);
   const std::uint64_t prev_ns = last_launch_ns_.exchange(now, std::memory_order_relaxed);
-  if (prev < kMaxEvents) events_[prev].b = now - prev_ns;
-  if (i < kMaxEvents) events_[i] = policy::Event::launch(seq, 0, stream);
+  if (prev < kMaxEvents) {  // unless the device's time for it came first
+    std::uint64_t none = 0;
+    std::atomic_ref<std::uint64_t>(events_[prev].b).compare_exchange_strong(none, now - prev_ns,
+                                                                            std::memory_order_relaxed);
+  }
+  if (i < kMaxEvents) {
+    events_[i] = policy::Event::launch(seq, 0, stream);
+    launch_at_[seq % kLaunchRing].store(i + 1, std::memory_order_release);
+  }
   for (std::uint64_t k = 0; k < n; ++k)
     if (i + 1 + k < kMaxEvents) events_[i + 1 + k] = policy::Event::use(blocks[k]->va, seq, stream);
+}
+
+void Recorder::set_launch_durations(policy::LaunchSeq from, policy::LaunchSeq to, std::uint64_t ns) noexcept {
+  if (!events_ || to - from > kLaunchRing) return;
+  for (policy::LaunchSeq seq = from; seq < to; ++seq) {
+    const std::uint64_t at = launch_at_[seq % kLaunchRing].load(std::memory_order_acquire);
+    if (at == 0 || events_[at - 1].kind != policy::EventKind::Launch || events_[at - 1].a != seq) continue;
+    std::atomic_ref<std::uint64_t>(events_[at - 1].b).store(ns == 0 ? 1 : ns, std::memory_order_relaxed);
+  }
 }
 
 void Recorder::sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes, std::uint64_t device_used,

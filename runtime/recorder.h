@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 
@@ -38,6 +39,9 @@ class Recorder {
   // A launch and the blocks it named. The launch's duration field is filled
   // in when the next launch arrives (time between launches, as measured).
   void launch(policy::LaunchSeq seq, policy::StreamId stream, std::span<alloc::Block* const> blocks) noexcept;
+  // Durations measured on the device after the launches were recorded
+  // (launches [from, to) took `ns` each); they win over the host's.
+  void set_launch_durations(policy::LaunchSeq from, policy::LaunchSeq to, std::uint64_t ns) noexcept;
   void sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes, std::uint64_t device_used,
               std::uint64_t host_used) noexcept;
   // Small stable ids for streams, as the event format wants them.
@@ -56,6 +60,9 @@ class Recorder {
   std::atomic<std::uint64_t> n_events_{0}, n_samples_{0};
   std::atomic<std::uint64_t> last_launch_index_{UINT64_MAX}, last_launch_ns_{0};
   std::atomic<CUstream> streams_[255] = {};
+  // Where recent launches are in events_ (index + 1), by sequence number.
+  static constexpr std::uint64_t kLaunchRing = 1u << 14;
+  std::unique_ptr<std::atomic<std::uint64_t>[]> launch_at_;
   std::uint64_t start_ns_ = 0;
 };
 

@@ -124,6 +124,31 @@ TEST(PlannerPolicy, LearnsInTheFirstStepAndPlansTheRest) {
   EXPECT_EQ(p.mispredictions(), 0u);
 }
 
+// Measured launch times include stalls (the device waiting for a fetch), which
+// only add: the planner keeps the shortest time seen for each launch of a shape,
+// and a launch not measured (zero) does not count.
+TEST(PlannerPolicy, KeepsTheShortestTimeSeenForEachLaunch) {
+  const auto a = analyse_trace(synthesize(test::tiny_options(test::tiny_dense(), 3)));
+  ASSERT_GE(a.steps.size(), 2u);
+  StepTimeline slow = a.steps[0], fast = a.steps[1];
+  ASSERT_EQ(slow.signature, fast.signature);
+  ASSERT_GE(slow.ops.size(), 3u);
+  for (auto& op : slow.ops) op.duration_ns *= 3;
+  slow.ops[0].duration_ns = 0;  // not measured
+  fast.ops[1].duration_ns *= 5;  // a stall this time
+  PlannerPolicy p;
+  SimResult none;
+  none.late_ns.assign(slow.blocks.size(), 0);
+  none.demanded.assign(slow.blocks.size(), 0);
+  p.observe(slow, none);
+  p.observe(fast, none);
+  const StepTimeline* t = p.last_timeline();
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->ops[0].duration_ns, a.steps[1].ops[0].duration_ns);
+  EXPECT_EQ(t->ops[1].duration_ns, a.steps[0].ops[1].duration_ns * 3);
+  EXPECT_EQ(t->ops[2].duration_ns, a.steps[1].ops[2].duration_ns);
+}
+
 TEST(PlannerPolicy, EvalStepFallsBackAndTrainingResumesItsPlan) {
   auto o = test::tiny_options(test::tiny_dense(), 4);
   o.eval_after = 2;
