@@ -5,7 +5,6 @@
 #include <link.h>
 
 #include <cstdio>
-#include <cstring>
 #include <mutex>
 
 namespace tierrt::drv {
@@ -18,13 +17,42 @@ std::atomic<std::uint64_t> g_counts[static_cast<unsigned>(Id::kCount)];
 namespace {
 
 // ---- the real dlsym/dlopen, found in libc's (or libdl's) own symbol table ----
+//
+// libtierrt.so's dlsym/dlvsym end up here, and a sanitizer runtime preloaded
+// ahead of it calls dlsym while it starts, before its shadow memory exists:
+// an instrumented function would fault on its first shadow access. So this
+// part is built uninstrumented, down to every helper it calls (the compiler
+// does not inline an instrumented function into an uninstrumented one), and
+// calls no libc string function: the sanitizers replace those, and ASan's
+// strcmp jumps through a pointer it has not filled in yet at that point.
+#define TIERRT_UNSANITIZED __attribute__((no_sanitize("address", "undefined", "thread")))
+
+TIERRT_UNSANITIZED bool same_string(const char* a, const char* b) {
+  for (; *a != '\0' && *a == *b; ++a, ++b) {
+  }
+  return *a == *b;
+}
+
+TIERRT_UNSANITIZED bool starts_with(const char* s, const char* prefix) {
+  for (; *prefix != '\0'; ++s, ++prefix)
+    if (*s != *prefix) return false;
+  return true;
+}
+
+// What follows the last '/'.
+TIERRT_UNSANITIZED const char* file_name(const char* path) {
+  const char* file = path;
+  for (const char* p = path; *p != '\0'; ++p)
+    if (*p == '/') file = p + 1;
+  return file;
+}
 
 struct ElfLookup {
   const char* name;
   void* found;
 };
 
-std::uint32_t gnu_hash(const char* s) {
+TIERRT_UNSANITIZED std::uint32_t gnu_hash(const char* s) {
   std::uint32_t h = 5381;
   for (; *s; ++s) h = h * 33 + static_cast<unsigned char>(*s);
   return h;
@@ -33,11 +61,11 @@ std::uint32_t gnu_hash(const char* s) {
 // Dynamic-section pointers are relocated in place by ld.so on most targets but
 // not on all; accept both forms.
 template <class T>
-const T* dyn_ptr(ElfW(Addr) base, ElfW(Addr) p) {
+TIERRT_UNSANITIZED const T* dyn_ptr(ElfW(Addr) base, ElfW(Addr) p) {
   return reinterpret_cast<const T*>(p < base ? base + p : p);
 }
 
-void* lookup_in_object(const dl_phdr_info* info, const char* name) {
+TIERRT_UNSANITIZED void* lookup_in_object(const dl_phdr_info* info, const char* name) {
   const ElfW(Dyn)* dyn = nullptr;
   for (int i = 0; i < info->dlpi_phnum; ++i)
     if (info->dlpi_phdr[i].p_type == PT_DYNAMIC)
@@ -74,7 +102,7 @@ void* lookup_in_object(const dl_phdr_info* info, const char* name) {
       const bool hidden_version = versym != nullptr && (versym[i] & 0x8000) != 0;
       if (s.st_shndx != SHN_UNDEF && !hidden_version &&
           ELF64_ST_TYPE(s.st_info) == STT_FUNC &&
-          std::strcmp(strtab + s.st_name, name) == 0)
+          same_string(strtab + s.st_name, name))
         return reinterpret_cast<void*>(base + s.st_value);
     }
     if (c & 1) break;
@@ -82,14 +110,12 @@ void* lookup_in_object(const dl_phdr_info* info, const char* name) {
   return nullptr;
 }
 
-int phdr_cb(dl_phdr_info* info, size_t, void* data) {
+TIERRT_UNSANITIZED int phdr_cb(dl_phdr_info* info, size_t, void* data) {
   auto* q = static_cast<ElfLookup*>(data);
   const char* path = info->dlpi_name;
   if (path == nullptr) return 0;
-  const char* slash = std::strrchr(path, '/');
-  const char* file = slash ? slash + 1 : path;
-  if (std::strncmp(file, "libc.so", 7) != 0 && std::strncmp(file, "libdl.so", 8) != 0)
-    return 0;
+  const char* file = file_name(path);
+  if (!starts_with(file, "libc.so") && !starts_with(file, "libdl.so")) return 0;
   if (void* p = lookup_in_object(info, q->name)) {
     q->found = p;
     return 1;
@@ -97,7 +123,7 @@ int phdr_cb(dl_phdr_info* info, size_t, void* data) {
   return 0;
 }
 
-void* find_libc_function(const char* name) {
+TIERRT_UNSANITIZED void* find_libc_function(const char* name) {
   ElfLookup q{name, nullptr};
   dl_iterate_phdr(phdr_cb, &q);
   return q.found;
@@ -108,8 +134,8 @@ struct RealDl {
   DlopenFn dlopen = nullptr;
 };
 
-const RealDl& real_dl() {
-  static const RealDl r = [] {
+TIERRT_UNSANITIZED const RealDl& real_dl() {
+  static const RealDl r = []() TIERRT_UNSANITIZED {
     RealDl x;
     x.dlsym = reinterpret_cast<DlsymFn>(find_libc_function("dlsym"));
     x.dlopen = reinterpret_cast<DlopenFn>(find_libc_function("dlopen"));
@@ -121,8 +147,10 @@ const RealDl& real_dl() {
 #else
     constexpr const char* kBaseVersion = "GLIBC_2.2.5";
 #endif
-    auto versioned = [](const char* name) -> void* {
-      for (const char* v : {"GLIBC_2.34", kBaseVersion})
+    auto versioned = [](const char* name) TIERRT_UNSANITIZED -> void* {
+      // A plain array: std::initializer_list's members are instrumented.
+      const char* const versions[] = {"GLIBC_2.34", kBaseVersion};
+      for (const char* v : versions)
         if (void* f = dlvsym(RTLD_NEXT, name, v)) return f;
       return nullptr;
     };
@@ -167,8 +195,8 @@ const char* symbol_name(Id id) noexcept {
   return i < static_cast<unsigned>(Id::kCount) ? kSymbolNames[i] : "?";
 }
 
-DlsymFn real_dlsym() noexcept { return real_dl().dlsym; }
-DlopenFn real_dlopen() noexcept { return real_dl().dlopen; }
+TIERRT_UNSANITIZED DlsymFn real_dlsym() noexcept { return real_dl().dlsym; }
+TIERRT_UNSANITIZED DlopenFn real_dlopen() noexcept { return real_dl().dlopen; }
 
 const char* result_name(CUresult r) noexcept {
   switch (r) {

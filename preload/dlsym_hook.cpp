@@ -13,11 +13,19 @@
 #include "driver/driver.h"
 #include "preload/hooks.h"
 
+// A sanitizer runtime preloaded ahead of libtierrt.so looks functions up with
+// dlsym while it starts, before its shadow memory exists, and the trampoline
+// sends those lookups here: this path must be uninstrumented (as is the
+// real-dlsym lookup in driver/driver.cpp it calls). answer() and what it
+// calls are instrumented: only "cu..." names reach them, which no runtime
+// looks up.
+#define TIERRT_UNSANITIZED __attribute__((no_sanitize("address", "undefined", "thread")))
+
 namespace {
 
 using DlvsymFn = void* (*)(void*, const char*, const char*);
 
-DlvsymFn libc_dlvsym() noexcept {
+TIERRT_UNSANITIZED DlvsymFn libc_dlvsym() noexcept {
   static DlvsymFn fn = reinterpret_cast<DlvsymFn>(tierrt::drv::real_dlsym()(RTLD_NEXT, "dlvsym"));
   return fn;
 }
@@ -41,18 +49,21 @@ void* answer(const char* name, void* found) noexcept {
 
 extern "C" {
 
-__attribute__((visibility("hidden"))) void* tierrt_libc_dlsym() {
+__attribute__((visibility("hidden"))) TIERRT_UNSANITIZED
+void* tierrt_libc_dlsym() {
   return reinterpret_cast<void*>(tierrt::drv::real_dlsym());
 }
 
-__attribute__((visibility("hidden"))) void* tierrt_libc_dlvsym() { return reinterpret_cast<void*>(libc_dlvsym()); }
+__attribute__((visibility("hidden"))) TIERRT_UNSANITIZED
+void* tierrt_libc_dlvsym() { return reinterpret_cast<void*>(libc_dlvsym()); }
 
-__attribute__((visibility("hidden"))) void* tierrt_dlsym_driver_symbol(void* handle, const char* name) {
+__attribute__((visibility("hidden"))) TIERRT_UNSANITIZED
+void* tierrt_dlsym_driver_symbol(void* handle, const char* name) {
   return answer(name, tierrt::drv::real_dlsym()(handle, name));
 }
 
-__attribute__((visibility("hidden"))) void* tierrt_dlvsym_driver_symbol(void* handle, const char* name,
-                                                                        const char* version) {
+__attribute__((visibility("hidden"))) TIERRT_UNSANITIZED
+void* tierrt_dlvsym_driver_symbol(void* handle, const char* name, const char* version) {
   DlvsymFn fn = libc_dlvsym();
   return fn ? answer(name, fn(handle, name, version)) : nullptr;
 }
@@ -62,12 +73,12 @@ __attribute__((visibility("hidden"))) void* tierrt_dlvsym_driver_symbol(void* ha
 // that preload/meson.build selects). Here dlsym(RTLD_NEXT, ...) from another
 // library may be resolved relative to libtierrt.so rather than to its
 // caller, unless the compiler happens to turn these calls into tail calls.
-void* dlsym(void* handle, const char* name) {
+TIERRT_UNSANITIZED void* dlsym(void* handle, const char* name) {
   if (name && name[0] == 'c' && name[1] == 'u') return tierrt_dlsym_driver_symbol(handle, name);
   return tierrt::drv::real_dlsym()(handle, name);
 }
 
-void* dlvsym(void* handle, const char* name, const char* version) {
+TIERRT_UNSANITIZED void* dlvsym(void* handle, const char* name, const char* version) {
   if (name && name[0] == 'c' && name[1] == 'u') return tierrt_dlvsym_driver_symbol(handle, name, version);
   DlvsymFn fn = libc_dlvsym();
   return fn ? fn(handle, name, version) : nullptr;

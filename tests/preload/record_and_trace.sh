@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # TIERRT_RECORD and TIERRT_TRACE: a run leaves an event stream tierrt-replay
 # reads back and a Chrome trace that parses, both naming what happened.
-# Usage: record_and_trace.sh PROBE TIERRT_REPLAY
+# Usage: record_and_trace.sh PROBE TIERRT_REPLAY LIBTIERRT
+# Only the probe runs with libtierrt.so preloaded, behind
+# TIERRT_TEST_PRELOAD_PREFIX (the sanitizer runtime, in sanitized builds).
 set -euo pipefail
 probe=$1 replay=$2
+preload=${TIERRT_TEST_PRELOAD_PREFIX:+$TIERRT_TEST_PRELOAD_PREFIX:}$3
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-TIERRT_RECORD="$dir/run.trace" TIERRT_TRACE="$dir/run.json" "$probe" direct oversubscribe >/dev/null
+LD_PRELOAD=$preload TIERRT_RECORD="$dir/run.trace" TIERRT_TRACE="$dir/run.json" "$probe" direct oversubscribe >/dev/null
 python3 - "$dir/run.json" <<'PY'
 import json, sys
 events = json.load(open(sys.argv[1]))["traceEvents"]

@@ -1,8 +1,8 @@
 // tierrt-run: runs a command with tierrt preloaded and configured.
 //   tierrt-run [options] -- CMD ARGS...
-// Sets LD_PRELOAD (ahead of whatever is already there) and the TIERRT_*
-// variables the options name, applies framework presets, then becomes the
-// command, so its exit status is the command's own.
+// Sets LD_PRELOAD (ahead of whatever is already there, sanitizer runtimes
+// aside) and the TIERRT_* variables the options name, applies framework
+// presets, then becomes the command, so its exit status is the command's own.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "runtime/config.h"
@@ -38,6 +39,29 @@ std::string find_library(const char* argv0) {
 
 // Sets a variable unless the user already chose a value for it.
 void preset(const char* name, const char* value) { setenv(name, value, 0); }
+
+bool is_sanitizer_runtime(std::string_view path) {
+  const std::string_view file = path.substr(path.rfind('/') + 1);
+  for (std::string_view rt : {"libasan.", "libtsan.", "liblsan.", "libubsan.", "libhwasan.", "libclang_rt."})
+    if (file.starts_with(rt)) return true;
+  return false;
+}
+
+// LD_PRELOAD with `lib` ahead of what is there, except sanitizer runtimes at
+// its head: they stay first, since ASan refuses to start a program whose
+// initial libraries do not begin with it.
+std::string preload_with(const std::string& lib, const char* existing) {
+  std::string_view rest = existing ? existing : "";
+  std::string head;
+  while (!rest.empty()) {
+    const std::size_t end = rest.find(':');
+    const std::string_view entry = rest.substr(0, end);
+    if (!is_sanitizer_runtime(entry)) break;
+    head.append(entry).append(":");
+    rest = end == std::string_view::npos ? std::string_view{} : rest.substr(end + 1);
+  }
+  return rest.empty() ? head + lib : head + lib + ":" + std::string(rest);
+}
 
 }  // namespace
 
@@ -91,9 +115,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
-  const char* existing = std::getenv("LD_PRELOAD");
-  std::string preload = existing && *existing ? lib + ":" + existing : lib;
-  setenv("LD_PRELOAD", preload.c_str(), 1);
+  setenv("LD_PRELOAD", preload_with(lib, std::getenv("LD_PRELOAD")).c_str(), 1);
   if (!budget.empty()) setenv("TIERRT_DEVICE_BUDGET", budget.c_str(), 1);
   if (!host_budget.empty()) setenv("TIERRT_HOST_BUDGET", host_budget.c_str(), 1);
   if (!mode.empty()) setenv("TIERRT_MODE", mode.c_str(), 1);
