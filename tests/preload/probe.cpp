@@ -67,9 +67,11 @@ Api direct() {
 
 // The exported name of each base name, as a loader using dlsym spells it.
 const char* versioned(const char* base) {
-  static const char* const kV2[] = {"cuMemGetInfo", "cuMemAlloc", "cuMemFree", "cuMemcpyHtoD", "cuMemcpyDtoH"};
-  for (const char* n : kV2)
-    if (std::strcmp(n, base) == 0) return (new std::string(std::string(base) + "_v2"))->c_str();
+  static const char* const kV2[][2] = {{"cuMemGetInfo", "cuMemGetInfo_v2"}, {"cuMemAlloc", "cuMemAlloc_v2"},
+                                       {"cuMemFree", "cuMemFree_v2"},       {"cuMemcpyHtoD", "cuMemcpyHtoD_v2"},
+                                       {"cuMemcpyDtoH", "cuMemcpyDtoH_v2"}};
+  for (const auto& [name, v2] : kV2)
+    if (std::strcmp(name, base) == 0) return v2;
   return base;
 }
 
