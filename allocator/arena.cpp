@@ -452,16 +452,8 @@ CUresult Impl::free(CUdeviceptr p, CUstream s) {
     std::unique_lock<std::mutex> l(mu);
     if (b->va != p) return CUDA_ERROR_INVALID_VALUE;
     for (;;) {
-      const State st = b->st();
+      const State st = settle_locked(b, l);
       if (st == State::Freed) return CUDA_ERROR_INVALID_VALUE;
-      if (b->remapping) {
-        cv.wait(l);
-        continue;
-      }
-      if (st == State::Spilling) {
-        abort_spill_locked(b);
-        continue;
-      }
       if (st == State::Fetching) {
         // The fetch's copy becomes a use: reuse waits for it.
         UseEvent* r = b->ready.exchange(nullptr);

@@ -99,6 +99,10 @@ class Impl {
   void release(std::span<Block* const> blocks);
   CUresult record_use(std::span<Block* const> blocks, CUstream s, bool capturing);
   bool abort_spill_locked(Block* b);
+  // With `l` held on mu: waits out a remap and aborts a spill under way, so
+  // that what is left is FREED (also for a block without a VA), RESIDENT,
+  // SPILLED or FETCHING. May release `l` while it waits.
+  State settle_locked(Block* b, std::unique_lock<std::mutex>& l);
   void mover_loop();
   void finalize(MoveOp* op);
   void drain();

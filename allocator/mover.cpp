@@ -147,6 +147,22 @@ void Impl::clear_uses_locked(Block* b, std::vector<UseEvent*>* drop) {
   b->nuses = 0;
 }
 
+State Impl::settle_locked(Block* b, std::unique_lock<std::mutex>& l) {
+  for (;;) {
+    const State st = b->st();
+    if (st == State::Freed || b->va == 0) return State::Freed;
+    if (b->remapping) {
+      cv.wait(l);
+      continue;
+    }
+    if (st == State::Spilling) {
+      abort_spill_locked(b);
+      continue;
+    }
+    return st;
+  }
+}
+
 bool Impl::abort_spill_locked(Block* b) {
   if (b->st() != State::Spilling || b->remapping) return false;
   ++b->gen;  // the pending copy is discarded when it completes
@@ -286,16 +302,8 @@ CUresult Impl::fetch(Block* b, CUstream consumer, bool demand) {
   {
     std::unique_lock<std::mutex> l(mu);
     for (;;) {
-      const State st = b->st();
-      if (st == State::Freed || b->va == 0) return CUDA_ERROR_INVALID_VALUE;
-      if (b->remapping) {
-        cv.wait(l);
-        continue;
-      }
-      if (st == State::Spilling) {
-        abort_spill_locked(b);
-        continue;
-      }
+      const State st = settle_locked(b, l);
+      if (st == State::Freed) return CUDA_ERROR_INVALID_VALUE;
       if (st == State::Resident || st == State::Fetching) {
         wait_for = b->ready.load();
         if (wait_for) wait_for->refs.fetch_add(1, std::memory_order_relaxed);
@@ -522,18 +530,10 @@ CUresult Impl::ensure_resident(std::span<Block* const> blocks, CUstream s) {
     {
       std::unique_lock<std::mutex> l(mu);
       for (;;) {
-        const State st = b->st();
-        if (st == State::Freed || b->va == 0) {
+        const State st = settle_locked(b, l);
+        if (st == State::Freed) {
           err = CUDA_ERROR_INVALID_VALUE;
           break;
-        }
-        if (b->remapping) {
-          cv.wait(l);
-          continue;
-        }
-        if (st == State::Spilling) {
-          abort_spill_locked(b);
-          continue;
         }
         if (st == State::Resident || st == State::Fetching) {
           b->pins.fetch_add(1, std::memory_order_seq_cst);
