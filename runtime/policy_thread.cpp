@@ -182,6 +182,26 @@ void PolicyThread::feed(const policy::Event& e, std::uint64_t ns) {
   }
   engine_->record(e);
   if (e.kind == EventKind::Step) publish();
+  if (e.kind == EventKind::Alloc || e.kind == EventKind::Step) tag(e);
+}
+
+// The allocator's per-class statistics: a block allocated in a step gets the
+// class its ordinal had in the step learned last; at a step's end, the blocks
+// from before it get theirs (the persistent ones).
+void PolicyThread::tag(const policy::Event& e) {
+  const policy::StepTimeline* tl = engine_->planner().last_timeline();
+  if (!tl) return;
+  auto set = [&](policy::BlockId id, policy::LifetimeClass c) {
+    alloc::Block* b = allocator_.lookup(id);
+    if (b && b->va == id) allocator_.set_class(b, static_cast<std::uint8_t>(1 + static_cast<int>(c)));
+  };
+  if (e.kind == policy::EventKind::Alloc) {
+    const auto ord = engine_->ordinal_of(e.a);
+    if (ord && *ord < tl->by_ordinal.size()) set(e.a, tl->blocks[tl->by_ordinal[*ord]].cls);
+    return;
+  }
+  for (const policy::BlockRecord& r : tl->blocks)
+    if (r.predates_step()) set(r.id, r.cls);
 }
 
 void PolicyThread::record_launch_held() {

@@ -84,7 +84,8 @@ class PolicyThread {
   void report(Channel channel, const policy::Event& e);
   void record_launch_held();
   void read_clock();  // device durations of the launches between samples that completed
-  void publish() noexcept;  // what the engine learned, for stats readers on other threads
+  void publish() noexcept;
+  void tag(const policy::Event& e);  // what the engine learned, for stats readers on other threads
   alloc::Block* block_for(std::uint32_t ordinal) const;
   void act(std::span<const policy::Trigger> triggers, policy::Action action);
   bool carry_out(const policy::Trigger& t);

@@ -94,6 +94,10 @@ TEST_F(EngineTest, TrainingLoopKeepsEveryActivationWhileAnotherThreadAllocates) 
     }
   });
 
+  // Weights: allocated before the first step, alive through all of them.
+  CUdeviceptr weights;
+  ASSERT_EQ(CUDA_SUCCESS, engine_->allocate(&weights, 4u << 20, nullptr));
+
   const uint32_t layers = 16, steps = 5;
   const size_t bytes = 8u << 20, n = bytes / 4;
   std::vector<CUdeviceptr> act(layers);
@@ -136,6 +140,8 @@ TEST_F(EngineTest, TrainingLoopKeepsEveryActivationWhileAnotherThreadAllocates) 
   if (s.demand_fetches > 0) {
     EXPECT_GT(engine_->planner()->demand_reports(), 0u);
   }
+  // What the planner learned of lifetimes shows in the allocator's stats.
+  EXPECT_GE(s.class_bytes[1], 4u << 20) << "the weights were not classed persistent";
 }
 
 }  // namespace
