@@ -182,7 +182,7 @@ CUresult Impl::create_device_chunk(std::size_t bytes, CUmemGenericAllocationHand
     r = TIERRT_CU(cuMemCreate, h, bytes, &prop, 0ull);
     if (r != CUDA_ERROR_OUT_OF_MEMORY) return r;
     // The driver is out of memory although the budget was not: free some.
-    if (!rescue(bytes, spill_ok, except)) break;
+    if (rescue(bytes, spill_ok, except) == Rescue::Nothing) break;
   }
   return r;
 }
@@ -215,27 +215,32 @@ std::uint64_t Impl::release_spares(std::uint64_t bytes) {
 }
 
 bool Impl::reserve_device(std::uint64_t bytes, bool spill_ok, const Block* except) {
-  // While a rescue makes progress (or waits on blocks other threads hold for a
-  // moment), try again; give up only when it cannot, or after a while (the
-  // blocks in the way may be pinned by the very launch that needs memory).
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  // Try again while rescues free memory (other threads may take it first).
+  // Give up when a rescue can do nothing, or when every candidate stayed busy
+  // for a while: the blocks in the way may be pinned by the very launch that
+  // needs the memory. Counted in rescues, not in time, which sanitizers and
+  // loaded machines stretch; the deadline only guards against a livelock.
+  constexpr int kBusyRescues = 250;  // about half a second of others' pins
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  int busy = 0;
   for (;;) {
     if (dev_budget.try_reserve(bytes)) return true;
     const std::uint64_t avail = dev_budget.available();
-    if (!rescue(bytes - std::min(bytes, avail), spill_ok, except) ||
-        std::chrono::steady_clock::now() > deadline)
+    const Rescue r = rescue(bytes - std::min(bytes, avail), spill_ok, except);
+    busy = r == Rescue::Busy ? busy + 1 : 0;
+    if (r == Rescue::Nothing || busy > kBusyRescues || std::chrono::steady_clock::now() > deadline)
       return dev_budget.try_reserve(bytes);
   }
 }
 
-bool Impl::rescue(std::uint64_t bytes, bool spill_ok, const Block* except) {
+Impl::Rescue Impl::rescue(std::uint64_t bytes, bool spill_ok, const Block* except) {
   {
     std::lock_guard<std::mutex> g(mu);
     ++n_rescues;
   }
   const std::uint64_t freed = trim(bytes);
-  if (freed >= bytes) return true;
-  if (!spill_ok) return freed > 0;
+  const Rescue trimmed = freed > 0 ? Rescue::Freed : Rescue::Nothing;
+  if (freed >= bytes || !spill_ok) return trimmed;
   std::uint64_t need = bytes - freed;
   std::vector<Block*> victims;
   bool moving = false, busy = false;
@@ -267,17 +272,17 @@ bool Impl::rescue(std::uint64_t bytes, bool spill_ok, const Block* except) {
     if (r == SpillResult::HostFull) break;
   }
   if (!started && !moving) {
-    if (!busy) return freed > 0;
+    if (!busy || freed > 0) return trimmed;
     // Every candidate is briefly busy (other threads' launches and fetches):
     // wait for a move to finish, or a moment, and let the caller look again.
     std::unique_lock<std::mutex> l(mu);
     cv.wait_for(l, std::chrono::milliseconds(2), [&] { return ops_in_flight < in_flight; });
-    return true;
+    return Rescue::Busy;
   }
   // Wait for the spills in flight to release their device memory.
   std::unique_lock<std::mutex> l(mu);
   cv.wait(l, [&] { return spills_in_flight == 0; });
-  return true;
+  return Rescue::Freed;
 }
 
 std::uint64_t Impl::trim(std::uint64_t bytes) {

@@ -73,8 +73,11 @@ class Impl {
   // coldest idle blocks) when it does not fit. `spill_ok` false: trim only.
   bool reserve_device(std::uint64_t bytes, bool spill_ok, const Block* except);
   // Frees device memory for `bytes` more (trim, then spill); waits for the
-  // spills it started. True when it made progress.
-  bool rescue(std::uint64_t bytes, bool spill_ok, const Block* except);
+  // spills it started. Nothing: nothing could be freed; Freed: memory was
+  // freed (or spills finished); Busy: every candidate was in use for a
+  // moment, and it waited a little.
+  enum class Rescue : std::uint8_t { Nothing, Freed, Busy };
+  Rescue rescue(std::uint64_t bytes, bool spill_ok, const Block* except);
   std::uint64_t trim(std::uint64_t bytes);
   // A device chunk of `bytes` whose share of the budget is held: a spare, or
   // a new one (reserve, then create).
