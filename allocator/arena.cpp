@@ -217,18 +217,21 @@ std::uint64_t Impl::release_spares(std::uint64_t bytes) {
 bool Impl::reserve_device(std::uint64_t bytes, bool spill_ok, const Block* except) {
   // Try again while rescues free memory (other threads may take it first).
   // Give up when a rescue can do nothing, or when every candidate stayed busy
-  // for a while: the blocks in the way may be pinned by the very launch that
-  // needs the memory. Counted in rescues, not in time, which sanitizers and
-  // loaded machines stretch; the deadline only guards against a livelock.
-  constexpr int kBusyRescues = 250;  // about half a second of others' pins
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  int busy = 0;
+  // for a long while: the blocks in the way may be pinned by the very launch
+  // that needs the memory. Generous, as sanitizers and loaded machines
+  // stretch other threads' pins; the last deadline only guards a livelock.
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::seconds(120);
+  auto busy_since = Clock::time_point::max();
   for (;;) {
     if (dev_budget.try_reserve(bytes)) return true;
     const std::uint64_t avail = dev_budget.available();
     const Rescue r = rescue(bytes - std::min(bytes, avail), spill_ok, except);
-    busy = r == Rescue::Busy ? busy + 1 : 0;
-    if (r == Rescue::Nothing || busy > kBusyRescues || std::chrono::steady_clock::now() > deadline)
+    const auto now = Clock::now();
+    if (r != Rescue::Busy) busy_since = Clock::time_point::max();
+    else if (busy_since == Clock::time_point::max()) busy_since = now;
+    if (r == Rescue::Nothing || now > deadline ||
+        (busy_since != Clock::time_point::max() && now - busy_since > std::chrono::seconds(10)))
       return dev_budget.try_reserve(bytes);
   }
 }
