@@ -14,17 +14,15 @@
 #include <span>
 
 #include "allocator/block.h"
+#include "allocator/spill_mode.h"
 
 namespace tierrt::alloc {
-
-enum class SpillMode : std::uint8_t { Remap, Copy };
 
 struct Options {
   std::uint64_t device_budget = 0;     // bytes; 0: device memory less a reserve
   std::uint64_t host_budget = 0;       // bytes; 0: half of physical RAM
   std::uint64_t min_bytes = 1u << 20;  // smaller allocations are never spilled
-  bool auto_mode = true;               // remap where supported, else copy
-  SpillMode mode = SpillMode::Remap;   // used when !auto_mode (falls back to copy)
+  SpillMode mode = SpillMode::Auto;    // Remap falls back to Copy where host VMM is unsupported
   std::uint64_t pinned_chunk = 64u << 20;  // copy mode: pinned pool growth step
 };
 
@@ -125,7 +123,7 @@ class Allocator {
   void drain() noexcept;
 
   Stats stats() const noexcept;
-  SpillMode mode() const noexcept;
+  SpillMode mode() const noexcept;  // the mode in use: Remap or Copy
   std::size_t granularity() const noexcept;
   const Options& options() const noexcept;
 

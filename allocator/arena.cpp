@@ -39,7 +39,7 @@ CUresult Impl::init() noexcept {
 
     // Spill mode: remap where host VMM works (probed by creating one chunk).
     mode = SpillMode::Copy;
-    if (opt.auto_mode || opt.mode == SpillMode::Remap) {
+    if (opt.mode != SpillMode::Copy) {
       int host_vmm = 0, numa_vmm = 0, numa_id = -1;
       if (TIERRT_CU(cuDeviceGetAttribute, &host_vmm,
                     CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, dev) != CUDA_SUCCESS)

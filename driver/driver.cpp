@@ -167,7 +167,7 @@ const char* const kSymbolNames[] = {
 #undef TIERRT_DRV_NAME_
 };
 
-Table resolve() {
+Table resolve_table() {
   Table t;
   const RealDl& dl = real_dl();
   if (dl.dlsym == nullptr || dl.dlopen == nullptr) return t;
@@ -185,9 +185,18 @@ Table resolve() {
 
 }  // namespace
 
+namespace detail {
 const Table& table() noexcept {
-  static const Table t = resolve();
+  static const Table t = resolve_table();
   return t;
+}
+}  // namespace detail
+
+bool loaded() noexcept { return detail::table().loaded; }
+
+void* resolve(const char* symbol) noexcept {
+  const Table& t = detail::table();
+  return t.handle != nullptr ? real_dl().dlsym(t.handle, symbol) : nullptr;
 }
 
 const char* symbol_name(Id id) noexcept {
@@ -231,7 +240,7 @@ const char* result_name(CUresult r) noexcept {
 #undef N
     default: break;
   }
-  const Table& t = table();
+  const Table& t = detail::table();
   const char* s = nullptr;
   if (t.cuGetErrorName != nullptr && t.cuGetErrorName(r, &s) == CUDA_SUCCESS && s)
     return s;

@@ -39,9 +39,13 @@ namespace tierrt::drv {
   X(cuStreamIsCapturing) X(cuStreamBeginCapture) X(cuStreamEndCapture)      \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)       \
   X(cuEventSynchronize) X(cuEventElapsedTime)                               \
+  X(cuStreamGetCaptureInfo)                                                 \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)              \
   X(cuLaunchKernel) X(cuLaunchKernelEx) X(cuLaunchCooperativeKernel)        \
-  X(cuFuncGetParamInfo)
+  X(cuFuncGetParamInfo) X(cuKernelGetParamInfo)                             \
+  X(cuDeviceGetDefaultMemPool)                                              \
+  X(cuPointerGetAttribute) X(cuPointerGetAttributes)                        \
+  X(cuGraphLaunch)
 
 #define TIERRT_DRV_STR2_(x) #x
 #define TIERRT_DRV_STR_(x) TIERRT_DRV_STR2_(x)
@@ -61,9 +65,13 @@ struct Table {
   bool loaded = false;     // libcuda.so.1 was found and cuGetErrorName resolved
 };
 
-// The table, resolved on first use (thread-safe, once per process). When
-// libcuda.so.1 cannot be loaded, every entry is null and loaded is false.
-const Table& table() noexcept;
+// True when libcuda.so.1 was found (the table is resolved on first use,
+// thread-safe, once per process).
+bool loaded() noexcept;
+
+// Any other symbol of libcuda.so.1 (a _ptsz form, a simdev extension),
+// looked up with the real dlsym; null when absent or the driver is missing.
+void* resolve(const char* symbol) noexcept;
 
 // Symbol name of a table entry as resolved ("cuMemAlloc_v2").
 const char* symbol_name(Id id) noexcept;
@@ -103,11 +111,15 @@ std::uint64_t total_calls() noexcept;
 void reset_counts() noexcept;
 
 namespace detail {
+// The resolved table. Call through TIERRT_CU, never through its fields: that
+// keeps the null check and the call counters on every call.
+const Table& table() noexcept;
+
 extern std::atomic<bool> g_counting;
 extern std::atomic<std::uint64_t> g_counts[static_cast<unsigned>(Id::kCount)];
 
 template <class Fn, class... A>
-inline CUresult invoke(Id id, Fn fn, A... a) noexcept {
+[[nodiscard]] inline CUresult invoke(Id id, Fn fn, A... a) noexcept {
   if (g_counting.load(std::memory_order_relaxed)) [[unlikely]]
     g_counts[static_cast<unsigned>(id)].fetch_add(1, std::memory_order_relaxed);
   if (fn == nullptr) [[unlikely]]
@@ -119,10 +131,11 @@ inline CUresult invoke(Id id, Fn fn, A... a) noexcept {
 
 }  // namespace tierrt::drv
 
-// TIERRT_CU(cuMemCreate, &h, size, &prop, 0) -> CUresult
+// The one way to call the driver: TIERRT_CU(cuMemCreate, &h, size, &prop, 0)
+// -> CUresult, to be checked (NOT_SUPPORTED when the driver lacks it).
 #define TIERRT_CU(fn, ...)                                                   \
   ::tierrt::drv::detail::invoke(::tierrt::drv::Id::fn,                       \
-                                ::tierrt::drv::table().fn                    \
+                                ::tierrt::drv::detail::table().fn            \
                                 __VA_OPT__(, ) __VA_ARGS__)
 // Same, throwing tierrt::drv::Error on failure.
 #define TIERRT_CU_CHECK(fn, ...)                                       \

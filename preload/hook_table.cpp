@@ -35,9 +35,7 @@ std::atomic<void*> g_real[kCount];
 std::atomic<bool> g_resolved{false};
 
 void resolve_all() noexcept {
-  const drv::Table& t = drv::table();
-  for (unsigned i = 0; i < kCount; ++i)
-    g_real[i].store(t.handle ? drv::real_dlsym()(t.handle, kNames[i]) : nullptr, std::memory_order_relaxed);
+  for (unsigned i = 0; i < kCount; ++i) g_real[i].store(drv::resolve(kNames[i]), std::memory_order_relaxed);
   g_resolved.store(true, std::memory_order_release);
 }
 

@@ -24,15 +24,10 @@ CUresult alloc_async(CUdeviceptr* p, size_t bytes, CUstream s) noexcept {
 
 // The default memory pool of the current context's device.
 bool is_default_pool(CUmemoryPool pool) noexcept {
-  using GetPool = CUresult (*)(CUmemoryPool*, CUdevice);
-  static GetPool get = [] {
-    const drv::Table& t = drv::table();
-    return t.handle ? reinterpret_cast<GetPool>(drv::real_dlsym()(t.handle, "cuDeviceGetDefaultMemPool")) : nullptr;
-  }();
   CUdevice dev = 0;
   CUmemoryPool def = nullptr;
-  return pool && get && drv::table().cuCtxGetDevice(&dev) == CUDA_SUCCESS && get(&def, dev) == CUDA_SUCCESS &&
-         def == pool;
+  return pool && TIERRT_CU(cuCtxGetDevice, &dev) == CUDA_SUCCESS &&
+         TIERRT_CU(cuDeviceGetDefaultMemPool, &def, dev) == CUDA_SUCCESS && def == pool;
 }
 
 }  // namespace

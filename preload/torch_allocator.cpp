@@ -14,13 +14,12 @@ namespace {
 
 // PyTorch calls with the device's context current; make sure of it.
 bool on_device(int device) noexcept {
-  const drv::Table& t = drv::table();
   CUdevice current = -1;
-  if (t.cuCtxGetDevice && t.cuCtxGetDevice(&current) == CUDA_SUCCESS && current == device) return true;
+  if (TIERRT_CU(cuCtxGetDevice, &current) == CUDA_SUCCESS && current == device) return true;
   CUdevice dev = 0;
   CUcontext ctx = nullptr;
-  return t.cuDeviceGet(&dev, device) == CUDA_SUCCESS && t.cuDevicePrimaryCtxRetain(&ctx, dev) == CUDA_SUCCESS &&
-         t.cuCtxSetCurrent(ctx) == CUDA_SUCCESS;
+  return TIERRT_CU(cuDeviceGet, &dev, device) == CUDA_SUCCESS &&
+         TIERRT_CU(cuDevicePrimaryCtxRetain, &ctx, dev) == CUDA_SUCCESS && TIERRT_CU(cuCtxSetCurrent, ctx) == CUDA_SUCCESS;
 }
 
 }  // namespace
@@ -36,8 +35,8 @@ void* tierrt_torch_malloc(ssize_t size, int device, void* stream) {
                                                ? reinterpret_cast<void*>(p)
                                                : nullptr;
   // tierrt is off (or this is another device): still be an allocator.
-  return drv::table().cuMemAllocAsync(&p, static_cast<size_t>(size), s) == CUDA_SUCCESS ? reinterpret_cast<void*>(p)
-                                                                                        : nullptr;
+  return TIERRT_CU(cuMemAllocAsync, &p, static_cast<size_t>(size), s) == CUDA_SUCCESS ? reinterpret_cast<void*>(p)
+                                                                                      : nullptr;
 }
 
 void tierrt_torch_free(void* ptr, ssize_t size, int device, void* stream) {
@@ -47,7 +46,8 @@ void tierrt_torch_free(void* ptr, ssize_t size, int device, void* stream) {
   CUstream s = static_cast<CUstream>(stream);
   CUresult r;
   if (Engine* e = Engine::active(); e && e->free(reinterpret_cast<CUdeviceptr>(ptr), s, &r)) return;
-  drv::table().cuMemFreeAsync(reinterpret_cast<CUdeviceptr>(ptr), s);
+  // PyTorch's free returns nothing: a failure here has no one to report to.
+  (void)TIERRT_CU(cuMemFreeAsync, reinterpret_cast<CUdeviceptr>(ptr), s);
 }
 
 }  // extern "C"

@@ -135,7 +135,7 @@ bool read_allocator_config(AllocatorConfig* out, std::string* error,
   if (const char* v = getenv_fn("TIERRT_SPILL_MODE"); v && *v) {
     auto k = parse_choice("TIERRT_SPILL_MODE", v, {"auto", "remap", "copy"}, error);
     if (!k) return false;
-    c.spill_mode = static_cast<SpillMode>(*k);
+    c.spill_mode = static_cast<alloc::SpillMode>(*k);
   }
   *out = c;
   return true;

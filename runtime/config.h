@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "allocator/spill_mode.h"
+
 namespace tierrt::config {
 
 // A byte size, absolute ("24GiB") or relative ("90%") to a whole that is only
@@ -34,14 +36,12 @@ std::optional<int> parse_choice(std::string_view variable, std::string_view valu
                                 std::initializer_list<std::string_view> choices,
                                 std::string* error);
 
-enum class SpillMode { Auto, Remap, Copy };
-
 // The variables the allocator reads.
 struct AllocatorConfig {
   std::optional<ByteSize> device_budget;  // TIERRT_DEVICE_BUDGET (bytes or %)
   std::optional<ByteSize> host_budget;    // TIERRT_HOST_BUDGET (bytes or %)
   std::uint64_t min_bytes = 1ull << 20;   // TIERRT_MIN_BYTES (bytes)
-  SpillMode spill_mode = SpillMode::Auto; // TIERRT_SPILL_MODE (auto|remap|copy)
+  alloc::SpillMode spill_mode = alloc::SpillMode::Auto;  // TIERRT_SPILL_MODE (auto|remap|copy)
 };
 
 // Reads the allocator's variables through `getenv_fn` (std::getenv by

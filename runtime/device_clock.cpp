@@ -5,9 +5,8 @@
 namespace tierrt {
 
 DeviceClock::DeviceClock() noexcept {
-  const drv::Table& t = drv::table();
   for (CUevent& e : events_)
-    if (t.cuEventCreate(&e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+    if (TIERRT_CU(cuEventCreate, &e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
       e = nullptr;
       return;
     }
@@ -16,21 +15,20 @@ DeviceClock::DeviceClock() noexcept {
 
 DeviceClock::~DeviceClock() {
   for (CUevent e : events_)
-    if (e) drv::table().cuEventDestroy(e);
+    if (e) (void)TIERRT_CU(cuEventDestroy, e);
 }
 
 bool DeviceClock::record(std::uint64_t seq, CUstream stream) noexcept {
-  return ok_ && drv::table().cuEventRecord(slot(seq), stream) == CUDA_SUCCESS;
+  return ok_ && TIERRT_CU(cuEventRecord, slot(seq), stream) == CUDA_SUCCESS;
 }
 
 DeviceClock::Read DeviceClock::elapsed_ns(std::uint64_t a, std::uint64_t b, double* ns) const noexcept {
   if (!ok_ || b <= a || (b - a) / kEvery >= kSlots) return Read::Lost;
-  const drv::Table& t = drv::table();
-  const CUresult q = t.cuEventQuery(slot(b));
+  const CUresult q = TIERRT_CU(cuEventQuery, slot(b));
   if (q == CUDA_ERROR_NOT_READY) return Read::NotYet;
   if (q != CUDA_SUCCESS) return Read::Lost;
   float ms = 0;
-  if (t.cuEventElapsedTime(&ms, slot(a), slot(b)) != CUDA_SUCCESS || !(ms >= 0)) return Read::Lost;
+  if (TIERRT_CU(cuEventElapsedTime, &ms, slot(a), slot(b)) != CUDA_SUCCESS || !(ms >= 0)) return Read::Lost;
   *ns = static_cast<double>(ms) * 1e6;
   return Read::Ready;
 }

@@ -53,8 +53,7 @@ alloc::Options allocator_options(const Settings& s, std::uint64_t device_total) 
   if (a.device_budget) o.device_budget = a.device_budget->resolve(device_total);
   if (a.host_budget) o.host_budget = a.host_budget->resolve(physical_ram());
   o.min_bytes = a.min_bytes;
-  o.auto_mode = a.spill_mode == config::SpillMode::Auto;
-  o.mode = a.spill_mode == config::SpillMode::Copy ? alloc::SpillMode::Copy : alloc::SpillMode::Remap;
+  o.mode = a.spill_mode;
   if (s.mode == Mode::kObserve) {
     // Observe: track and count, never move. A host budget of one byte makes
     // every spill refuse as "host full", the allocator's own stop signal.
@@ -86,17 +85,17 @@ Engine* Engine::start() noexcept {
   std::lock_guard lock(g_start_mu);
   if (Engine* e = active()) return e;
   if (!read_once()) return nullptr;
-  const drv::Table& t = drv::table();
-  if (!t.loaded) {
+  if (!drv::loaded()) {
     TIERRT_LOG(kError, "libcuda.so.1 could not be loaded; tierrt is off");
     g_off = true;
     return nullptr;
   }
   CUcontext ctx = nullptr;
-  if (t.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return nullptr;  // try again with a context
+  if (TIERRT_CU(cuCtxGetCurrent, &ctx) != CUDA_SUCCESS || !ctx) return nullptr;  // try again with a context
   CUdevice dev = 0;
   size_t total = 0;
-  if (t.cuCtxGetDevice(&dev) != CUDA_SUCCESS || t.cuDeviceTotalMem(&total, dev) != CUDA_SUCCESS) return nullptr;
+  if (TIERRT_CU(cuCtxGetDevice, &dev) != CUDA_SUCCESS || TIERRT_CU(cuDeviceTotalMem, &total, dev) != CUDA_SUCCESS)
+    return nullptr;
   alloc::Options opt = allocator_options(*g_settings, total);
   CUresult err = CUDA_SUCCESS;
   std::unique_ptr<alloc::Allocator> a;
@@ -114,7 +113,7 @@ Engine* Engine::start() noexcept {
   const alloc::Stats st = e->alloc_->stats();
   TIERRT_LOG(kInfo, "started on device %d: mode %s, spill %s, device budget %llu MiB, host budget %llu MiB", dev,
              g_settings->mode == Mode::kTier ? "tier" : "observe",
-             e->alloc_->mode() == alloc::SpillMode::Remap ? "remap" : "copy",
+             alloc::to_string(e->alloc_->mode()),
              static_cast<unsigned long long>(st.device_budget >> 20),
              static_cast<unsigned long long>(st.host_budget >> 20));
   pthread_atfork(nullptr, nullptr, &Engine::after_fork_in_child);
@@ -185,7 +184,7 @@ void Engine::note_sync(CUstream stream, bool all_streams) noexcept {
 
 bool Engine::on_engine_context() const noexcept {
   CUcontext c = nullptr;
-  return drv::table().cuCtxGetCurrent(&c) == CUDA_SUCCESS && c == ctx_;
+  return TIERRT_CU(cuCtxGetCurrent, &c) == CUDA_SUCCESS && c == ctx_;
 }
 
 void Engine::add_live(std::int64_t delta) noexcept {

@@ -6,19 +6,6 @@ namespace tierrt {
 
 namespace {
 
-using KernelParamInfoFn = CUresult (*)(CUkernel, size_t, size_t*, size_t*);
-
-// Library kernels (CUkernel) may be launched through cuLaunchKernel; the
-// driver describes them through cuKernelGetParamInfo.
-KernelParamInfoFn kernel_param_info() noexcept {
-  static KernelParamInfoFn fn = [] {
-    const auto& t = drv::table();
-    return t.handle ? reinterpret_cast<KernelParamInfoFn>(drv::real_dlsym()(t.handle, "cuKernelGetParamInfo"))
-                    : nullptr;
-  }();
-  return fn;
-}
-
 // A thread's own scratch for layouts the shared table could not keep.
 thread_local std::uint32_t tl_offsets[4096], tl_sizes[4096];
 
@@ -26,15 +13,15 @@ thread_local std::uint32_t tl_offsets[4096], tl_sizes[4096];
 
 bool ParamLayouts::query(CUfunction f, std::uint32_t* offsets, std::uint32_t* sizes, std::uint32_t cap,
                          std::uint32_t* count) noexcept {
-  const auto& t = drv::table();
   for (int attempt = 0; attempt < 2; ++attempt) {
     std::uint32_t n = 0;
     for (;; ++n) {
       size_t off = 0, size = 0;
       CUresult r;
-      if (attempt == 0) r = t.cuFuncGetParamInfo ? t.cuFuncGetParamInfo(f, n, &off, &size) : CUDA_ERROR_NOT_SUPPORTED;
-      else r = kernel_param_info() ? kernel_param_info()(reinterpret_cast<CUkernel>(f), n, &off, &size)
-                                   : CUDA_ERROR_NOT_SUPPORTED;
+      // Library kernels (CUkernel) may be launched through cuLaunchKernel;
+      // the driver describes them through cuKernelGetParamInfo.
+      if (attempt == 0) r = TIERRT_CU(cuFuncGetParamInfo, f, n, &off, &size);
+      else r = TIERRT_CU(cuKernelGetParamInfo, reinterpret_cast<CUkernel>(f), n, &off, &size);
       // Enumerate until the index is past the end (INVALID_VALUE); a kernel
       // may have none at all.
       if (r == CUDA_ERROR_INVALID_VALUE) break;

@@ -39,7 +39,6 @@ CUcontext context() {
 std::unique_ptr<Allocator> make(SpillMode m, std::uint64_t min_bytes = 1 * MiB) {
   context();
   Options o;
-  o.auto_mode = false;
   o.mode = m;
   o.min_bytes = min_bytes;
   return Allocator::create(o);

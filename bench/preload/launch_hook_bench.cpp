@@ -75,8 +75,9 @@ void run_launches(benchmark::State& st, bool hooked, bool launch_too) {
   CUdeviceptr ptrs[8];
   void* params[8];
   launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
-  auto real = tierrt::drv::table().cuLaunchKernel;
-  auto call = [&] { return launch_too ? real(s.f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr) : CUDA_SUCCESS; };
+  auto call = [&] {
+    return launch_too ? TIERRT_CU(cuLaunchKernel, s.f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr) : CUDA_SUCCESS;
+  };
   for (auto _ : st) {
     CUresult r = hooked ? tierrt::preload::launch_through(s.engine, s.f, nullptr, params, nullptr, call) : call();
     if (r) std::abort();
@@ -107,7 +108,7 @@ void BM_AllocFreeDriver(benchmark::State& st) {
   const size_t bytes = static_cast<size_t>(st.range(0));
   for (auto _ : st) {
     CUdeviceptr p;
-    if (tierrt::drv::table().cuMemAlloc(&p, bytes) || tierrt::drv::table().cuMemFree(p)) std::abort();
+    if (TIERRT_CU(cuMemAlloc, &p, bytes) || TIERRT_CU(cuMemFree, p)) std::abort();
   }
 }
 

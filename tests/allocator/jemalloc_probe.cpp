@@ -10,7 +10,6 @@
 extern "C" __attribute__((visibility("default"))) int tierrt_probe_copy_cycle(void) {
   using namespace tierrt::alloc;
   Options o;
-  o.auto_mode = false;
   o.mode = SpillMode::Copy;
   auto a = Allocator::create(o);
   if (!a || a->mode() != SpillMode::Copy) return 1;

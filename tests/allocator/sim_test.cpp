@@ -17,7 +17,6 @@ constexpr std::size_t MiB = 1u << 20;
 
 std::unique_ptr<Allocator> make(SpillMode m, Options o = {}) {
   Env::get().bind();
-  o.auto_mode = false;
   o.mode = m;
   CUresult r = CUDA_SUCCESS;
   auto a = Allocator::create(o, &r);
@@ -515,8 +514,8 @@ INSTANTIATE_TEST_SUITE_P(Allocator, Modes, ::testing::Values(SpillMode::Remap, S
 
 TEST(DriverTable, ResolvesVersionedNamesThroughTheRealDlsym) {
   Env::get().bind();
-  const drv::Table& t = drv::table();
-  ASSERT_TRUE(t.loaded);
+  const drv::Table& t = drv::detail::table();
+  ASSERT_TRUE(drv::loaded());
   EXPECT_STREQ(drv::symbol_name(drv::Id::cuMemAlloc), "cuMemAlloc_v2");
   EXPECT_STREQ(drv::symbol_name(drv::Id::cuMemcpyDtoHAsync), "cuMemcpyDtoHAsync_v2");
   EXPECT_EQ(reinterpret_cast<void*>(t.cuMemAlloc), dlsym(RTLD_DEFAULT, "cuMemAlloc_v2"));

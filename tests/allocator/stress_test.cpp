@@ -51,7 +51,6 @@ class Stress : public ::testing::TestWithParam<SpillMode> {};
 TEST_P(Stress, RandomSpillFetchCyclesKeepEveryByte) {
   Env::get().bind();
   Options o;
-  o.auto_mode = false;
   o.mode = GetParam();
   o.min_bytes = 1;  // small sizes become blocks too
   auto a = Allocator::create(o);
@@ -146,7 +145,6 @@ class Threads : public ::testing::TestWithParam<SpillMode> {};
 TEST_P(Threads, ManyThreadsAllocateFreeSpillAndFetch) {
   Env::get().bind();
   Options o;
-  o.auto_mode = false;
   o.mode = GetParam();
   o.min_bytes = 64 * KiB;
   o.device_budget = 192 * MiB;  // tight: rescues spill other threads' blocks

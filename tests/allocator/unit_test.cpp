@@ -232,7 +232,7 @@ TEST(ConfigAllocator, ReadsTheFourVariables) {
   EXPECT_EQ(c.device_budget->resolve(1000), 800u);
   EXPECT_EQ(c.host_budget->resolve(1), 16ull << 30);
   EXPECT_EQ(c.min_bytes, 4ull << 20);
-  EXPECT_EQ(c.spill_mode, SpillMode::Copy);
+  EXPECT_EQ(c.spill_mode, alloc::SpillMode::Copy);
   vals[3] = "managed";
   EXPECT_FALSE(read_allocator_config(&c, &err, env));
   EXPECT_NE(err.find("TIERRT_SPILL_MODE=\"managed\""), std::string::npos);
@@ -241,7 +241,7 @@ TEST(ConfigAllocator, ReadsTheFourVariables) {
   ASSERT_TRUE(read_allocator_config(&d, &err, [](const char*) -> const char* { return nullptr; }));
   EXPECT_EQ(d.min_bytes, 1ull << 20);
   EXPECT_FALSE(d.device_budget.has_value());
-  EXPECT_EQ(d.spill_mode, SpillMode::Auto);
+  EXPECT_EQ(d.spill_mode, alloc::SpillMode::Auto);
 }
 
 }  // namespace

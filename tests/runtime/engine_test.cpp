@@ -39,10 +39,9 @@ void backward(const simdev_launch* l) {
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const drv::Table& t = drv::table();
-    ASSERT_TRUE(t.loaded);
+    ASSERT_TRUE(drv::loaded());
     // The driver is loaded by tierrt's own table, privately: ask it directly.
-    auto reg = reinterpret_cast<int (*)(const simdev_kernel_desc*)>(drv::real_dlsym()(t.handle, "simdev_register_kernel"));
+    auto reg = reinterpret_cast<int (*)(const simdev_kernel_desc*)>(drv::resolve("simdev_register_kernel"));
     ASSERT_NE(nullptr, reg) << "runs on simdev";
     const size_t fs[] = {8, 8, 4, 4}, bs[] = {8, 8, 4, 4, 8};
     simdev_kernel_desc f{"engine_test_forward", &forward, 4, fs, nullptr, 100000};
@@ -52,22 +51,22 @@ class EngineTest : public ::testing::Test {
     CUdevice dev;
     CUcontext ctx;
     CUmodule m;
-    ASSERT_EQ(CUDA_SUCCESS, t.cuInit(0));
-    ASSERT_EQ(CUDA_SUCCESS, t.cuDeviceGet(&dev, 0));
-    ASSERT_EQ(CUDA_SUCCESS, t.cuDevicePrimaryCtxRetain(&ctx, dev));
-    ASSERT_EQ(CUDA_SUCCESS, t.cuCtxSetCurrent(ctx));
-    ASSERT_EQ(CUDA_SUCCESS, t.cuModuleLoadData(&m, "simdev"));
-    ASSERT_EQ(CUDA_SUCCESS, t.cuModuleGetFunction(&fwd_, m, "engine_test_forward"));
-    ASSERT_EQ(CUDA_SUCCESS, t.cuModuleGetFunction(&bwd_, m, "engine_test_backward"));
+    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuInit, 0));
+    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuDeviceGet, &dev, 0));
+    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuDevicePrimaryCtxRetain, &ctx, dev));
+    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuCtxSetCurrent, ctx));
+    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuModuleLoadData, &m, "simdev"));
+    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuModuleGetFunction, &fwd_, m, "engine_test_forward"));
+    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuModuleGetFunction, &bwd_, m, "engine_test_backward"));
     ctx_ = ctx;
     engine_ = Engine::start();
     ASSERT_NE(nullptr, engine_) << "the engine did not start";
   }
 
   CUresult launch(CUfunction f, void** params) {
-    auto real = drv::table().cuLaunchKernel;
-    return preload::launch_through(engine_, f, nullptr, params, nullptr,
-                                   [&] { return real(f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr); });
+    return preload::launch_through(engine_, f, nullptr, params, nullptr, [&] {
+      return TIERRT_CU(cuLaunchKernel, f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
+    });
   }
 
   CUfunction fwd_ = nullptr, bwd_ = nullptr;
@@ -76,17 +75,16 @@ class EngineTest : public ::testing::Test {
 };
 
 TEST_F(EngineTest, TrainingLoopKeepsEveryActivationWhileAnotherThreadAllocates) {
-  const drv::Table& t = drv::table();
   CUdeviceptr bad;
   ASSERT_EQ(CUDA_SUCCESS, engine_->allocate(&bad, 4096, nullptr));
-  ASSERT_EQ(CUDA_SUCCESS, t.cuMemsetD32(bad, 0, 1));
+  ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuMemsetD32, bad, 0, 1));
 
   // Small allocations (slab, below TIERRT_MIN_BYTES) from another thread:
   // they share the allocator with the loop but are not part of the step
   // the planner learns, so the step still repeats exactly.
   std::atomic<bool> stop{false};
   std::thread churn([&] {
-    t.cuCtxSetCurrent(ctx_);
+    if (TIERRT_CU(cuCtxSetCurrent, ctx_) != CUDA_SUCCESS) std::abort();
     while (!stop.load()) {
       CUdeviceptr p;
       CUresult r;
@@ -119,7 +117,7 @@ TEST_F(EngineTest, TrainingLoopKeepsEveryActivationWhileAnotherThreadAllocates) 
     BlockList blocks;
     engine_->collect_range(bad, 4, blocks);
     ASSERT_EQ(CUDA_SUCCESS, engine_->before_use(blocks, CU_STREAM_LEGACY));
-    ASSERT_EQ(CUDA_SUCCESS, t.cuMemcpyDtoH(&wrong, bad, 4));
+    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuMemcpyDtoH, &wrong, bad, 4));
     engine_->after_use(blocks, CU_STREAM_LEGACY, true);
     ASSERT_EQ(0u, wrong) << "step " << step;
   }

@@ -43,7 +43,7 @@ TEST_F(SettingsTest, DefaultsWithAnEmptyEnvironment) {
   EXPECT_FALSE(s.allocator.device_budget);
   EXPECT_FALSE(s.allocator.host_budget);
   EXPECT_EQ(1u << 20, s.allocator.min_bytes);
-  EXPECT_EQ(config::SpillMode::Auto, s.allocator.spill_mode);
+  EXPECT_EQ(alloc::SpillMode::Auto, s.allocator.spill_mode);
   EXPECT_EQ("planner", s.policy);
   EXPECT_FALSE(s.virtual_meminfo);
   EXPECT_TRUE(s.stats.empty());
@@ -98,8 +98,8 @@ TEST_F(SettingsTest, HostBudgetAndMinBytes) {
 }
 
 TEST_F(SettingsTest, SpillMode) {
-  for (auto [v, m] : {std::pair{"auto", config::SpillMode::Auto}, {"remap", config::SpillMode::Remap},
-                      {"copy", config::SpillMode::Copy}}) {
+  for (auto [v, m] : {std::pair{"auto", alloc::SpillMode::Auto}, {"remap", alloc::SpillMode::Remap},
+                      {"copy", alloc::SpillMode::Copy}}) {
     g_env = {{"TIERRT_SPILL_MODE", v}};
     Settings s;
     std::string err;
