@@ -25,7 +25,6 @@ class PlannerPolicy final : public Policy {
   // Mispredictions: blocks the plan spilled that were fetched on demand.
   std::uint64_t mispredictions() const { return mispredictions_; }
   std::uint64_t late_prefetches() const { return late_prefetches_; }
-  std::size_t shapes_known() const { return shapes_.size(); }
   // The extra lead the feedback gave `ordinal`'s prefetch in the shape observed last.
   double lead_ns(std::uint32_t ordinal) const;
   // What the planner believes of the shape observed last (null before any).

@@ -3,13 +3,13 @@
 // moves late prefetches earlier.
 #include <gtest/gtest.h>
 
-#include "policies/baseline_policies.hpp"
+#include "policies/eval/baseline_policies.hpp"
 #include "policies/planner.hpp"
 #include "policies/planner_policy.hpp"
-#include "policies/policy_comparison.hpp"
-#include "policies/replay.hpp"
-#include "policies/trace_steps.hpp"
-#include "policies/transformer_synth.hpp"
+#include "policies/eval/policy_comparison.hpp"
+#include "policies/eval/replay.hpp"
+#include "policies/eval/trace_steps.hpp"
+#include "policies/eval/transformer_synth.hpp"
 #include "test_models.hpp"
 
 namespace tierrt::policy {

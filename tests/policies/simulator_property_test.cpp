@@ -7,9 +7,9 @@
 #include <map>
 #include <random>
 
-#include "policies/policy_comparison.hpp"
-#include "policies/replay.hpp"
-#include "policies/trace_steps.hpp"
+#include "policies/eval/policy_comparison.hpp"
+#include "policies/eval/replay.hpp"
+#include "policies/eval/trace_steps.hpp"
 #include "test_models.hpp"
 
 namespace tierrt::policy {

@@ -6,7 +6,7 @@
 #include <random>
 
 #include "policies/event.hpp"
-#include "policies/transformer_synth.hpp"
+#include "policies/eval/transformer_synth.hpp"
 
 namespace tierrt::policy::test {
 

@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "policies/link_model.hpp"
-#include "policies/policy_comparison.hpp"
-#include "policies/transformer_synth.hpp"
+#include "policies/eval/policy_comparison.hpp"
+#include "policies/eval/transformer_synth.hpp"
 
 namespace tierrt::replay {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "policies/link_model.hpp"
-#include "policies/lower_bound.hpp"
+#include "policies/eval/lower_bound.hpp"
 #include "policies/policy.hpp"
 #include "policies/step_simulator.hpp"
 #include "policies/step_timeline.hpp"

@@ -1,4 +1,4 @@
-#include "policies/replay.hpp"
+#include "policies/eval/replay.hpp"
 
 #include <limits>
 

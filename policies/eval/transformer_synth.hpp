@@ -11,7 +11,7 @@
 #include <optional>
 
 #include "policies/event.hpp"
-#include "policies/transformer_config.hpp"
+#include "policies/eval/transformer_config.hpp"
 
 namespace tierrt::policy {
 
