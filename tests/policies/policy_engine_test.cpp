@@ -304,11 +304,11 @@ TEST(PolicyEngine, TriggersAheadAreTheNextLaunchesOwn) {
 }
 
 
-// What a launch-overhead benchmark fed the engine through a ring that was
-// dropping events: blocks allocated in bursts, then the same launch over and
-// over (a one-launch "step"), now and then without some of its uses or
-// without the launch itself. One event then completed two tokens at a step's
-// end and the second, not re-based with the step's events, pointed past them.
+// A launch-heavy run seen through a ring that drops events: blocks allocated
+// in bursts, then the same launch over and over (a one-launch "step"), now and
+// then without some of its uses or without the launch itself. One event can
+// complete two tokens at a step's end; the second must be re-based with the
+// step's events, or it points past them.
 TEST(PolicyEngine, MarkerlessRunsOfOneRepeatedLaunchWithDropsStayConsistent) {
   PolicyEngine engine({64ull << 30, parse_link("pcie5"), {}});
   std::mt19937_64 rng(7);
@@ -332,8 +332,8 @@ TEST(PolicyEngine, MarkerlessRunsOfOneRepeatedLaunchWithDropsStayConsistent) {
 
 // The runtime's ring drops events when the policy thread falls behind; the
 // engine then sees uses without their launch, frees of unknown blocks and
-// runs cut short. Whatever arrives, it must stay consistent (it once indexed
-// past its own events and threw).
+// runs cut short. Whatever arrives, it must stay consistent (never index past
+// its own events).
 TEST(PolicyEngine, AnyEventStreamKeepsTheEngineConsistent) {
   std::mt19937_64 rng(12345);
   for (int round = 0; round < 40; ++round) {
