@@ -203,8 +203,7 @@ void PolicyEngine::begin_step() {
   plans_.clear();
   candidates_.clear();
   if (steps_completed_ == 0) return;
-  StepContext ctx{steps_completed_, options_.budget, options_.link, nullptr};
-  plans_ = planner_.plan_step(ctx);
+  plans_ = planner_.plan_step(options_.budget, options_.link);
   for (std::size_t i = 0; i < plans_.size(); ++i) candidates_.push_back(i);
 }
 

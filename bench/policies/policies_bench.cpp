@@ -9,11 +9,11 @@
 #include <memory>
 #include <string>
 
-#include "policies/planner.hpp"
 #include "policies/eval/policy_comparison.hpp"
 #include "policies/eval/replay.hpp"
 #include "policies/eval/trace_steps.hpp"
 #include "policies/eval/transformer_synth.hpp"
+#include "policies/planner.hpp"
 
 namespace {
 

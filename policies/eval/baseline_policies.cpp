@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "policies/excess_tracker.hpp"
 #include "policies/eval/layer_groups.hpp"
+#include "policies/excess_tracker.hpp"
 
 namespace tierrt::policy {
 namespace {

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "policies/policy.hpp"
+#include "policies/eval/policy.hpp"
 
 namespace tierrt::policy {
 

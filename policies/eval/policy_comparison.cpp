@@ -5,9 +5,9 @@
 #include <stdexcept>
 
 #include "policies/eval/baseline_policies.hpp"
-#include "policies/lifetime_classifier.hpp"
-#include "policies/planner_policy.hpp"
 #include "policies/eval/replay.hpp"
+#include "policies/eval/tierrt_policy.hpp"
+#include "policies/lifetime_classifier.hpp"
 
 namespace tierrt::policy {
 
@@ -51,7 +51,7 @@ std::unique_ptr<Policy> make_policy(std::string_view name, bool spill_all) {
   if (name == "tierrt") {
     PlannerOptions o;
     o.spill_all = spill_all;
-    return std::make_unique<PlannerPolicy>(o);
+    return std::make_unique<TierrtPolicy>(o);
   }
   throw std::invalid_argument("unknown policy '" + std::string(name) + "': expected none, lru, vdnn, te, jax or tierrt");
 }

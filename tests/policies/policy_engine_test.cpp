@@ -5,10 +5,10 @@
 #include <random>
 #include <set>
 
-#include "policies/planner.hpp"
-#include "policies/policy_engine.hpp"
 #include "policies/eval/trace_steps.hpp"
 #include "policies/eval/transformer_synth.hpp"
+#include "policies/planner.hpp"
+#include "policies/policy_engine.hpp"
 #include "test_models.hpp"
 
 namespace tierrt::policy {

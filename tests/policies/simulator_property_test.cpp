@@ -107,7 +107,7 @@ TEST_P(RandomTraces, ModelInvariantsHoldForEveryPolicy) {
     const std::uint64_t b = policy->respects_budget() ? budget : std::numeric_limits<std::uint64_t>::max();
     for (std::size_t s = 0; s < a.steps.size(); ++s) {
       const auto& tl = a.steps[s];
-      StepContext ctx{s, b, link, &tl};
+      StepContext ctx{b, link, &tl};
       const auto plans = policy->plan_step(ctx);
       Checker check(tl, b);
       SimResult r = simulate_step(tl, plans, *policy, SimOptions{b, link, false, std::ref(check)});

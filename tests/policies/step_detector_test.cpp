@@ -4,9 +4,9 @@
 
 #include <set>
 
+#include "policies/eval/transformer_synth.hpp"
 #include "policies/step_detector.hpp"
 #include "policies/step_tokens.hpp"
-#include "policies/eval/transformer_synth.hpp"
 #include "test_models.hpp"
 
 namespace tierrt::policy {

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "policies/eval/policy_comparison.hpp"
-#include "policies/trace/trace_file.hpp"
 #include "policies/eval/trace_steps.hpp"
 #include "policies/eval/transformer_synth.hpp"
+#include "policies/trace/trace_file.hpp"
 #include "replay_args.hpp"
 #include "replay_report.hpp"
 #include "residency_svg.hpp"
