@@ -1,8 +1,8 @@
 // The policy engine as the runtime drives it: every event goes in through record();
 // the launch path asks triggers_ahead() and gets a precomputed slice of the trigger
-// table (O(1), no planning); the mover reports late and demanded
-// fetches. Learning and planning happen when a step ends (at a Step marker, or
-// where the learned step's token sequence completes), never inside a launch.
+// table (O(1), no planning); the mover reports late and demanded fetches. Learning
+// and planning happen when a step ends (at a Step marker, or where the learned
+// step's token sequence completes), never inside a launch.
 //
 // Until a step has been learned, and in any step that deviates from every learned
 // one, the engine hands out no triggers: the runtime's safe reactive path (spill
