@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cstdio>
 
-#include "policies/trace_file.hpp"
+#include "policies/trace/trace_file.hpp"
 #include "runtime/log.h"
 
 namespace tierrt {
