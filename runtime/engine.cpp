@@ -47,18 +47,12 @@ bool read_once() noexcept {
   return !g_off;
 }
 
-alloc::Options allocator_options(const Settings& s, std::uint64_t device_total) {
+alloc::Options allocator_options(const ResolvedSettings& r) {
   alloc::Options o;
-  const auto& a = s.allocator;
-  if (a.device_budget) o.device_budget = a.device_budget->resolve(device_total);
-  if (a.host_budget) o.host_budget = a.host_budget->resolve(physical_ram());
-  o.min_bytes = a.min_bytes;
-  o.mode = a.spill_mode;
-  if (s.mode == Mode::kObserve) {
-    // Observe: track and count, never move. A host budget of one byte makes
-    // every spill refuse as "host full", the allocator's own stop signal.
-    o.host_budget = 1;
-  }
+  o.device_budget = r.device_budget;
+  o.host_budget = r.host_budget;
+  o.min_bytes = r.min_bytes;
+  o.mode = r.spill_mode;
   return o;
 }
 
@@ -69,8 +63,8 @@ const Settings* Engine::settings_if_read() noexcept { return g_off ? nullptr : g
 Engine::Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext ctx)
     : settings_(s), alloc_(std::move(a)), ctx_(ctx) {
   if (!s.record.empty() || !s.trace.empty()) recorder_ = std::make_unique<Recorder>(s.record, s.trace);
-  if (s.mode == Mode::kTier && s.policy == "planner")
-    policy_ = std::make_unique<PolicyThread>(*alloc_, ctx, alloc_->stats().device_budget, recorder_.get());
+  if (s.mode == Mode::kTier && s.policy == Policy::Planner)
+    policy_ = std::make_unique<PolicyThread>(*alloc_, ctx, alloc_->stats().device_budget, s.link, recorder_.get());
   feedback_ = std::make_unique<MoveFeedback>(recorder_.get(), policy_.get());
   alloc_->set_observer(feedback_.get());
 }
@@ -96,7 +90,7 @@ Engine* Engine::start() noexcept {
   size_t total = 0;
   if (TIERRT_CU(cuCtxGetDevice, &dev) != CUDA_SUCCESS || TIERRT_CU(cuDeviceTotalMem, &total, dev) != CUDA_SUCCESS)
     return nullptr;
-  alloc::Options opt = allocator_options(*g_settings, total);
+  alloc::Options opt = allocator_options(resolve(*g_settings, {total, physical_ram()}));
   CUresult err = CUDA_SUCCESS;
   std::unique_ptr<alloc::Allocator> a;
   try {
