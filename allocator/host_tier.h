@@ -9,7 +9,8 @@
 #include <mutex>
 
 #include "allocator/chunk_spares.h"
-#include <vector>
+#include "allocator/lock_rank.h"
+#include "allocator/ranked_mutex.h"
 
 namespace tierrt::alloc {
 
@@ -33,7 +34,6 @@ class HostTier {
   CUresult take_host_chunk(std::size_t bytes, CUmemGenericAllocationHandle* out) noexcept;
   void give_host_chunk(CUmemGenericAllocationHandle h, std::size_t bytes) noexcept;
   void set_spare_limit(std::uint64_t bytes) noexcept { spares_.set_limit(bytes); }
-  std::uint64_t spare_bytes() const noexcept { return spares_.bytes(); }
 
   // copy: a pinned buffer of at least `bytes` from the private arena; grows
   // the pool by whole chunks while it stays within `pool_limit`. Null when
@@ -48,7 +48,7 @@ class HostTier {
  private:
   CUmemLocationType loc_type_ = CU_MEM_LOCATION_TYPE_HOST;
   int loc_id_ = 0;
-  std::mutex mu_;
+  RankedMutex mu_{kRankHostTier, "alloc.host_tier"};
   PinnedPool* pool_ = nullptr;
   std::size_t chunk_bytes_ = 64u << 20;
   std::uint64_t pool_limit_ = UINT64_MAX;

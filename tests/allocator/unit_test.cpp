@@ -127,12 +127,12 @@ TEST(StateMachine, TransitionsAreExactlyTheDesignedOnes) {
   };
   for (State a : all)
     for (State b : all)
-      EXPECT_EQ(transition_allowed(a, b), ok(a, b)) << state_name(a) << " -> " << state_name(b);
+      EXPECT_EQ(legal_transition(a, b), ok(a, b)) << state_name(a) << " -> " << state_name(b);
   // Device memory is never dropped without a copy: RESIDENT cannot become
   // SPILLED directly, nor SPILLED become RESIDENT without a fetch.
-  EXPECT_FALSE(transition_allowed(State::Resident, State::Spilled));
-  EXPECT_FALSE(transition_allowed(State::Spilled, State::Resident));
-  EXPECT_FALSE(transition_allowed(State::Freed, State::Spilled));
+  EXPECT_FALSE(legal_transition(State::Resident, State::Spilled));
+  EXPECT_FALSE(legal_transition(State::Spilled, State::Resident));
+  EXPECT_FALSE(legal_transition(State::Freed, State::Spilled));
 }
 
 TEST(Budget, ReservesWithinTheLimitAndTracksThePeak) {
