@@ -99,7 +99,8 @@ CUresult Allocator::Parts::reuse_cached(std::size_t mapped, std::size_t bytes, b
   }
   cache_hits.fetch_add(1, std::memory_order_relaxed);
   uses.touch(b);
-  const CUresult r = uses.wait_then_unref(s, {waits, static_cast<std::size_t>(nwaits)});
+  const CUresult r =
+      nwaits == 0 ? CUDA_SUCCESS : uses.wait_then_unref(s, {waits, static_cast<std::size_t>(nwaits)});
   if (r != CUDA_SUCCESS) {
     (void)free_block(b, b->va, s);
     return r;

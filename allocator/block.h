@@ -36,16 +36,16 @@ constexpr const char* state_name(State s) noexcept {
 }
 
 // The state machine above as a table (asserted on every transition).
+inline constexpr bool kLegalTransition[kStateCount][kStateCount] = {
+    //            to: Resident Spilling Spilled Fetching Freed
+    /* Resident */ {false, true, false, false, true},
+    /* Spilling */ {true, false, true, false, false},
+    /* Spilled  */ {false, false, false, true, true},
+    /* Fetching */ {true, false, true, false, false},
+    /* Freed    */ {true, false, false, false, false},
+};
 constexpr bool legal_transition(State from, State to) noexcept {
-  constexpr bool kLegal[kStateCount][kStateCount] = {
-      //            to: Resident Spilling Spilled Fetching Freed
-      /* Resident */ {false, true, false, false, true},
-      /* Spilling */ {true, false, true, false, false},
-      /* Spilled  */ {false, false, false, true, true},
-      /* Fetching */ {true, false, true, false, false},
-      /* Freed    */ {true, false, false, false, false},
-  };
-  return kLegal[static_cast<int>(from)][static_cast<int>(to)];
+  return kLegalTransition[static_cast<int>(from)][static_cast<int>(to)];
 }
 
 // A pooled CUevent shared by every block a launch named.

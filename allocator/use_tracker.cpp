@@ -132,16 +132,6 @@ CUresult UseTracker::record(std::span<Block* const> blocks, CUstream s) noexcept
   return r;
 }
 
-int UseTracker::take_refs_owned(const Block* b, UseSlot* out, CUstream except) noexcept {
-  int n = 0;
-  for (int i = 0; i < b->nuses; ++i)
-    if (except == nullptr || b->uses[i].stream != except) {
-      ref(b->uses[i].ev);
-      out[n++] = b->uses[i];
-    }
-  return n;
-}
-
 int UseTracker::take_refs(Block* b, UseSlot* out, CUstream except) noexcept {
   std::lock_guard<RankedMutex> g(mu_);
   return take_refs_owned(b, out, except);

@@ -46,7 +46,15 @@ class UseTracker {
   int take_refs(Block* b, UseSlot* out, CUstream except = nullptr) noexcept;
   // The same for a block the caller has just taken from the cache: nothing
   // may use a freed block, so nobody else touches its slots (no lock).
-  static int take_refs_owned(const Block* b, UseSlot* out, CUstream except) noexcept;
+  static int take_refs_owned(const Block* b, UseSlot* out, CUstream except) noexcept {
+    int n = 0;
+    for (int i = 0; i < b->nuses; ++i)
+      if (except == nullptr || b->uses[i].stream != except) {
+        ref(b->uses[i].ev);
+        out[n++] = b->uses[i];
+      }
+    return n;
+  }
   // Makes `s` wait for each event (until one fails) and drops the references.
   CUresult wait_then_unref(CUstream s, std::span<const UseSlot> uses) noexcept;
   // Forgets the block's uses; with `synchronize`, the host waits for each.
@@ -55,9 +63,10 @@ class UseTracker {
   // to `e` passes to the block. False when its slots are full (the caller
   // then waits for `e` on the host).
   bool try_adopt(Block* b, CUstream s, UseEvent* e) noexcept;
-  // Stamps the block as used now: its place in the rescue's coldest-first order.
+  // Stamps the block as used now: its place in the rescue's coldest-first
+  // order (as recent as the last recorded use).
   void touch(Block* b) noexcept {
-    b->last_use.store(clock_.fetch_add(1, std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    b->last_use.store(clock_.load(std::memory_order_relaxed), std::memory_order_relaxed);
   }
 
   // Records the begin event of a copy about to be enqueued on `s`.
