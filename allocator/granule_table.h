@@ -41,8 +41,6 @@ class GranuleTable {
     return leaf->e[(addr >> shift_) & leaf_mask_].load(std::memory_order_acquire);
   }
 
-  unsigned granule_shift() const noexcept { return shift_; }
-
  private:
   static constexpr std::size_t kTopEntries = std::size_t{1} << (kVaBits - kLeafShift);
   struct Leaf {

@@ -25,8 +25,6 @@ class HostTier {
 
   // remap: where host chunks are created (HOST_NUMA node, or HOST when -1).
   void set_location(CUmemLocationType type, int id) noexcept { loc_type_ = type; loc_id_ = id; }
-  CUmemLocationType location_type() const noexcept { return loc_type_; }
-  int location_id() const noexcept { return loc_id_; }
   // Creates a host physical chunk of `bytes` (a multiple of the granularity).
   CUresult create_host_chunk(std::size_t bytes, CUmemGenericAllocationHandle* out) noexcept;
   // The same from a small pool of unmapped chunks kept for reuse (their
