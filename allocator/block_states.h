@@ -129,6 +129,8 @@ class BlockStates {
   bool could_change_locked() const noexcept;
   bool running_pins_locked(const Block* b) const noexcept;
 
+  // Rank 30 (lock_rank.h): alloc.uses is taken inside it; it is never
+  // taken inside another allocator lock.
   mutable RankedMutex mu_{kRankBlocks, "alloc.blocks"};
   std::condition_variable_any changed_;  // a move, a remap or a pin release finished
   std::deque<Block> storage_;

@@ -64,6 +64,7 @@ class ChunkSpares {
   }
 
  private:
+  // Rank 80 (lock_rank.h): nothing is taken inside it.
   mutable RankedMutex mu_{kRankChunkSpares, "alloc.chunk_spares"};
   std::multimap<std::size_t, Handle> spares_;
   std::uint64_t bytes_ = 0;

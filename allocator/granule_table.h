@@ -53,6 +53,7 @@ class GranuleTable {
   std::uintptr_t leaf_mask_;
   std::atomic<Leaf*>* top_ = nullptr;
   std::size_t top_entries_ = 0;  // kTopEntries once top_ is mapped
+  // Rank 90 (lock_rank.h), the last: nothing is taken inside it.
   RankedMutex grow_mu_{kRankGranules, "alloc.granules"};
 };
 

@@ -94,6 +94,8 @@ class PinnedPool {
     return {it->first, it->second};
   }
 
+  // Rank 70 (lock_rank.h): jemalloc's extent hooks take it inside
+  // alloc.host_tier; nothing is taken inside it.
   mutable RankedMutex mu_{kRankPinnedPool, "alloc.pinned_pool"};
   std::map<std::uintptr_t, std::size_t> chunks_;
   std::map<std::uintptr_t, std::size_t> free_;

@@ -46,6 +46,8 @@ class HostTier {
  private:
   CUmemLocationType loc_type_ = CU_MEM_LOCATION_TYPE_HOST;
   int loc_id_ = 0;
+  // Rank 60 (lock_rank.h): held while jemalloc carves from the pinned pool
+  // (alloc.pinned_pool) and while the pool grows.
   RankedMutex mu_{kRankHostTier, "alloc.host_tier"};
   PinnedPool* pool_ = nullptr;
   std::size_t chunk_bytes_ = 64u << 20;

@@ -8,14 +8,17 @@
 //  10    alloc.pass_through  cuMemAlloc'ed pass-through pointers      -
 //  20    alloc.slabs         slab pools and their free slots          -
 //  30    alloc.blocks        block states, the resident list, the     -
-//                            cache, move counts, user pins
+//                            cache, moves under way, user pins
 //  40    alloc.move_queue    moves waiting for the mover thread       -
 //  50    alloc.uses          use slots of every block, the event      alloc.blocks
 //                            pool, timing-event pairs
-//  60    alloc.host_tier     pinned pool growth                       alloc.blocks
-//  70    alloc.pinned_pool   pinned chunks and their free ranges      alloc.host_tier (from jemalloc)
-//  80    alloc.chunk_spares  spare device / host chunks               alloc.blocks
+//  60    alloc.host_tier     pinned pool growth                       -
+//  70    alloc.pinned_pool   pinned chunks and their free ranges      alloc.host_tier (jemalloc's hooks)
+//  80    alloc.chunk_spares  spare device / host chunks               -
 //  90    alloc.granules      granule table leaves                     -
+//
+// Ranks leave gaps for locks to come; a part that never nests its lock
+// still gets a rank, so that a nesting added later is checked.
 #pragma once
 
 namespace tierrt::alloc {

@@ -86,6 +86,8 @@ class Mover {
   CUstream d2h_ = nullptr, h2d_ = nullptr;
   std::atomic<MoveObserver*> observer_{nullptr};
 
+  // Rank 40 (lock_rank.h): nothing is taken inside it; the mover thread
+  // finalises with it released.
   RankedMutex queue_mu_{kRankMoveQueue, "alloc.move_queue"};
   std::condition_variable_any queued_;
   std::deque<Op*> queue_;

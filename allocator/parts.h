@@ -58,6 +58,7 @@ struct Allocator::Parts final : Reclaimer {
   SlabPools slabs{arena};
   std::unique_ptr<Mover> mover;
 
+  // Rank 10 (lock_rank.h): nothing is taken inside it.
   RankedMutex raw_mu{kRankPassThrough, "alloc.pass_through"};
   std::unordered_set<CUdeviceptr> raw;  // pass-through allocations
 

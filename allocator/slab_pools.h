@@ -59,6 +59,8 @@ class SlabPools {
   CUresult new_slab(unsigned shift, CUstream s, Slab** out) noexcept;
 
   DeviceArena& arena_;
+  // Rank 20 (lock_rank.h): released before a new slab is made (which may
+  // rescue, taking alloc.blocks).
   RankedMutex mu_{kRankSlabs, "alloc.slabs"};
   std::vector<std::unique_ptr<Pool>> pools_[kMaxShift + 1];  // by slot size shift
   std::vector<Slab*> slabs_;

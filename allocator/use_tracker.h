@@ -95,6 +95,7 @@ class UseTracker {
   std::size_t store_locked(std::span<Block* const> blocks, std::size_t first, CUstream s, UseEvent* e,
                            const Chain& c, UseEvent** late) noexcept;
 
+  // Rank 50 (lock_rank.h): taken inside alloc.blocks; nothing inside it.
   RankedMutex mu_{kRankUses, "alloc.uses"};
   UseEvent* free_ = nullptr;         // pooled events (refs 0)
   std::deque<UseEvent> storage_;     // type-stable: events are never deleted
