@@ -42,7 +42,11 @@ CUresult RemapBacking::map_host(CUdeviceptr va, std::size_t bytes, CUmemGenericA
 CUresult RemapBacking::prepare_spill(Block* b, HostCopy* to) noexcept {
   // The shadow VA stays with the block for its life; only the thread moving
   // the block touches it.
-  CUresult r = b->shadow != 0 ? CUDA_SUCCESS : arena_.reserve_address(b->mapped, &b->shadow);
+  CUresult r = CUDA_SUCCESS;
+  if (b->shadow == 0) {
+    CUdeviceptr shadow = 0;
+    if ((r = arena_.reserve_address(b->mapped, &shadow)) == CUDA_SUCCESS) b->shadow = shadow;
+  }
   if (r == CUDA_SUCCESS) r = tier_.take_host_chunk(b->mapped, &to->chunk);
   if (r != CUDA_SUCCESS) {
     to->chunk = 0;
