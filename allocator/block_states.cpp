@@ -80,13 +80,11 @@ State BlockStates::settle(Block* b, Lock& l, std::span<Block* const> pinned) noe
   }
 }
 
-bool BlockStates::abort_spill(Block* b, const Lock& l) noexcept {
-  if (b->st() != State::Spilling || b->remapping) return false;
+void BlockStates::abort_spill(Block* b, const Lock& l) noexcept {
   ++b->gen;  // the pending copy is discarded when it completes
   ++aborted_;
   set_state(b, State::Resident, l);
   changed_.notify_all();
-  return true;
 }
 
 void BlockStates::set_lifetime(Block* b, std::uint8_t lifetime) noexcept {
@@ -181,11 +179,7 @@ void BlockStates::pins_released() noexcept {
   changed_.notify_all();
 }
 
-bool BlockStates::pinned_by_running_thread(const Block* b, const Lock&) const noexcept {
-  return running_pins_locked(b);
-}
-
-bool BlockStates::running_pins_locked(const Block* b) const noexcept {
+bool BlockStates::pinned_by_running_thread_locked(const Block* b) const noexcept {
   const std::uint32_t pins = b->pins.load(std::memory_order_seq_cst);
   std::uint32_t waiting = 0;
   for (const PinHolder& h : holders_)
@@ -196,7 +190,7 @@ bool BlockStates::running_pins_locked(const Block* b) const noexcept {
 bool BlockStates::could_change_locked() const noexcept {
   if (spills_ != 0 || fetches_queued_ != 0) return true;
   for (const Block& b : resident_)
-    if (!b.captured && b.user_pins == 0 && running_pins_locked(&b)) return true;
+    if (!b.captured && b.user_pins == 0 && pinned_by_running_thread_locked(&b)) return true;
   return false;
 }
 

@@ -51,8 +51,6 @@ class BlockStates {
   // FREED (also for a block without a VA), RESIDENT, SPILLED or FETCHING.
   // `pinned`: blocks the caller holds pinned while it waits (see PinHolder).
   State settle(Block* b, Lock& l, std::span<Block* const> pinned = {}) noexcept;
-  // SPILLING -> RESIDENT: the copy under way is discarded when it completes.
-  bool abort_spill(Block* b, const Lock&) noexcept;
   void set_lifetime(Block* b, std::uint8_t lifetime) noexcept;
 
   // ---- the cache of freed blocks ----
@@ -112,9 +110,6 @@ class BlockStates {
   // Resident spillable blocks: the rescue's candidates.
   template <class F>
   void for_each_resident(F&& f, const Lock&);
-  // Launch pins on `b` held by threads other than those waiting inside the
-  // allocator: pins that will be released.
-  bool pinned_by_running_thread(const Block* b, const Lock&) const noexcept;
   void note_host_full(const Lock&) noexcept { ++host_full_; }
 
   void fill_stats(Stats* s) noexcept;
@@ -126,8 +121,12 @@ class BlockStates {
   using HolderList = bi::list<PinHolder, bi::member_hook<PinHolder, bi::list_member_hook<>, &PinHolder::hook>>;
 
   void count(State s, const Block* b, int delta) noexcept;
+  // SPILLING -> RESIDENT: the copy under way is discarded when it completes.
+  void abort_spill(Block* b, const Lock&) noexcept;
   bool could_change_locked() const noexcept;
-  bool running_pins_locked(const Block* b) const noexcept;
+  // Launch pins on `b` held by threads other than those waiting inside the
+  // allocator: pins that will be released.
+  bool pinned_by_running_thread_locked(const Block* b) const noexcept;
 
   // Rank 30 (lock_rank.h): alloc.uses is taken inside it; it is never
   // taken inside another allocator lock.
