@@ -173,6 +173,7 @@ void HostTier::free_pinned(void* p) noexcept {
 }
 
 std::uint64_t HostTier::pinned_pool_bytes() const noexcept {
+  std::lock_guard<RankedMutex> g(mu_);  // pool_ is created by the first alloc_pinned
   return pool_ ? pool_->bytes() : 0;
 }
 

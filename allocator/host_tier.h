@@ -48,7 +48,7 @@ class HostTier {
   int loc_id_ = 0;
   // Rank 60 (lock_rank.h): held while jemalloc carves from the pinned pool
   // (alloc.pinned_pool) and while the pool grows.
-  RankedMutex mu_{kRankHostTier, "alloc.host_tier"};
+  mutable RankedMutex mu_{kRankHostTier, "alloc.host_tier"};
   PinnedPool* pool_ = nullptr;
   std::size_t chunk_bytes_ = 64u << 20;
   std::uint64_t pool_limit_ = UINT64_MAX;
