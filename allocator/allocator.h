@@ -19,8 +19,8 @@
 namespace tierrt::alloc {
 
 struct Options {
-  std::uint64_t device_budget = 0;     // bytes; 0: device memory less a reserve
-  std::uint64_t host_budget = 0;       // bytes; 0: half of physical RAM
+  std::uint64_t device_budget = 0;     // bytes; 0: default_device_budget() (budget_defaults.h)
+  std::uint64_t host_budget = 0;       // bytes; 0: default_host_budget()
   std::uint64_t min_bytes = 1u << 20;  // smaller allocations are never spilled
   SpillMode mode = SpillMode::Auto;    // Remap falls back to Copy where host VMM is unsupported
   std::uint64_t pinned_chunk = 64u << 20;  // copy mode: pinned pool growth step

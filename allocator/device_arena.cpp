@@ -4,6 +4,7 @@
 #include <bit>
 #include <new>
 
+#include "allocator/budget_defaults.h"
 #include "driver/driver.h"
 
 namespace tierrt::alloc {
@@ -33,7 +34,7 @@ CUresult DeviceArena::init(std::uint64_t budget) noexcept {
   if (table_ == nullptr || !table_->valid()) return CUDA_ERROR_OUT_OF_MEMORY;
   std::size_t total = 0;
   if ((r = TIERRT_CU(cuDeviceTotalMem, &total, dev_)) != CUDA_SUCCESS) return r;
-  budget_.set_limit(budget ? budget : total - std::min<std::size_t>(512u << 20, total / 16));
+  budget_.set_limit(budget ? budget : default_device_budget(total));
   // Spares count against the budget; a rescue gives them back first.
   spares_.set_limit(std::min<std::uint64_t>(1ull << 30, budget_.limit() / 4));
   return CUDA_SUCCESS;

@@ -1,18 +1,15 @@
 #include "allocator/host_backing.h"
 
-#include <unistd.h>
-
 #include <new>
 
+#include "allocator/budget_defaults.h"
 #include "allocator/copy_backing.h"
 #include "allocator/remap_backing.h"
 
 namespace tierrt::alloc {
 
 std::unique_ptr<HostBacking> HostBacking::create(const Options& opt, DeviceArena& arena) noexcept {
-  const std::uint64_t ram =
-      static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
-  const std::uint64_t budget = opt.host_budget ? opt.host_budget : ram / 2;
+  const std::uint64_t budget = opt.host_budget ? opt.host_budget : default_host_budget(physical_ram());
   CUmemLocation where{};
   if (opt.mode != SpillMode::Copy && RemapBacking::supported(arena, &where))
     return std::unique_ptr<HostBacking>(new (std::nothrow) RemapBacking(arena, budget, where));

@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "allocator/budget_defaults.h"
+
 namespace tierrt {
 
 namespace {
@@ -98,12 +100,11 @@ bool read_settings(Settings* out, std::string* error, config::GetenvFn getenv_fn
 }
 
 ResolvedSettings resolve(const Settings& s, const MachineFacts& machine) noexcept {
-  constexpr std::uint64_t kMaxDeviceReserve = 512ull << 20;
   ResolvedSettings r;
-  r.device_budget = s.device_budget
-                        ? s.device_budget->resolve(machine.device_total)
-                        : machine.device_total - std::min(kMaxDeviceReserve, machine.device_total / 16);
-  r.host_budget = s.host_budget ? s.host_budget->resolve(machine.physical_ram) : machine.physical_ram / 2;
+  r.device_budget = s.device_budget ? s.device_budget->resolve(machine.device_total)
+                                    : alloc::default_device_budget(machine.device_total);
+  r.host_budget = s.host_budget ? s.host_budget->resolve(machine.physical_ram)
+                                : alloc::default_host_budget(machine.physical_ram);
   r.min_bytes = s.min_bytes;
   r.spill_mode = s.spill_mode;
   if (s.mode == Mode::kObserve) r.host_budget = 1;
