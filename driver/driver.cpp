@@ -4,7 +4,6 @@
 #include <elf.h>
 #include <link.h>
 
-#include <cstdio>
 #include <mutex>
 
 namespace tierrt::drv {
@@ -246,20 +245,6 @@ const char* result_name(CUresult r) noexcept {
     return s;
   return "CUDA_ERROR_(unrecognised)";
 }
-
-namespace {
-std::string error_text(const char* call, CUresult code) {
-  char buf[160];
-  std::snprintf(buf, sizeof buf, "%s failed: %s (%d)", call, result_name(code),
-                static_cast<int>(code));
-  return buf;
-}
-}  // namespace
-
-Error::Error(const char* call, CUresult code)
-    : std::runtime_error(error_text(call, code)), call_(call), code_(code) {}
-
-void throw_error(const char* call, CUresult code) { throw Error(call, code); }
 
 void set_counting(bool on) noexcept {
   detail::g_counting.store(on, std::memory_order_relaxed);

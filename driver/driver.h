@@ -8,8 +8,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <stdexcept>
-#include <string>
 
 namespace tierrt::drv {
 
@@ -85,24 +83,6 @@ DlopenFn real_dlopen() noexcept;
 // "CUDA_ERROR_OUT_OF_MEMORY"; never calls into the driver for the common codes.
 const char* result_name(CUresult r) noexcept;
 
-// A failed driver call: the call's name and the CUresult.
-class Error : public std::runtime_error {
- public:
-  Error(const char* call, CUresult code);
-  const char* call() const noexcept { return call_; }
-  CUresult code() const noexcept { return code_; }
-
- private:
-  const char* call_;
-  CUresult code_;
-};
-
-[[noreturn]] void throw_error(const char* call, CUresult code);
-
-inline void check(CUresult r, const char* call) {
-  if (r != CUDA_SUCCESS) [[unlikely]] throw_error(call, r);
-}
-
 // Per-function call counters (for tests and stats). Counting is off unless
 // enabled; when off a call costs one relaxed load more than a plain call.
 void set_counting(bool on) noexcept;
@@ -137,7 +117,3 @@ template <class Fn, class... A>
   ::tierrt::drv::detail::invoke(::tierrt::drv::Id::fn,                       \
                                 ::tierrt::drv::detail::table().fn            \
                                 __VA_OPT__(, ) __VA_ARGS__)
-// Same, throwing tierrt::drv::Error on failure.
-#define TIERRT_CU_CHECK(fn, ...)                                       \
-  ::tierrt::drv::check(TIERRT_CU(fn __VA_OPT__(, ) __VA_ARGS__),       \
-                       TIERRT_DRV_STR_(fn))
