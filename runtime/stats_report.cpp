@@ -21,8 +21,7 @@ constexpr const char* kClassNames[] = {"unclassified", "persistent", "activation
 }  // namespace
 
 void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
-  Engine& engine = const_cast<Engine&>(e);
-  const alloc::Stats s = engine.allocator().stats();
+  const alloc::Stats s = e.allocator_stats();
   tierrt_stats t{};
   t.struct_size = sizeof t;
   t.device_bytes_in_use = s.device_used;
@@ -70,7 +69,7 @@ void write_stats_report(const Engine& e) noexcept {
   tierrt_stats t{};
   t.struct_size = sizeof t;
   fill_public_stats(e, &t);
-  const alloc::Stats s = const_cast<Engine&>(e).allocator().stats();
+  const alloc::Stats s = e.allocator_stats();
   const std::uint64_t prefetched = t.fetches - t.demand_fetches;
   std::fprintf(f, "tierrt stats (pid %d)\n", static_cast<int>(getpid()));
   std::fprintf(f, "  peak device memory      %10.1f MiB with tiering, %10.1f MiB of live tracked blocks (without)\n",

@@ -10,8 +10,6 @@
 #include <vector>
 
 #include "driver/driver.h"
-#include "preload/hook_guard.h"
-#include "preload/launch_path.h"
 #include "runtime/engine.h"
 #include "simdev/simdev.h"
 
@@ -64,9 +62,14 @@ class EngineTest : public ::testing::Test {
   }
 
   CUresult launch(CUfunction f, void** params) {
-    return preload::launch_through(engine_, f, nullptr, params, nullptr, [&] {
+    return engine_->launch(f, nullptr, params, nullptr, [&] {
       return TIERRT_CU(cuLaunchKernel, f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
     });
+  }
+
+  // Frees a block the engine handed out: forwarding to the driver would be wrong.
+  CUresult free_tracked(CUdeviceptr p) {
+    return engine_->free_async(p, nullptr, [] { return CUDA_ERROR_NOT_FOUND; });
   }
 
   CUfunction fwd_ = nullptr, bwd_ = nullptr;
@@ -87,8 +90,7 @@ TEST_F(EngineTest, TrainingLoopKeepsEveryActivationWhileAnotherThreadAllocates) 
     if (TIERRT_CU(cuCtxSetCurrent, ctx_) != CUDA_SUCCESS) std::abort();
     while (!stop.load()) {
       CUdeviceptr p;
-      CUresult r;
-      if (engine_->allocate(&p, 64u << 10, nullptr) == CUDA_SUCCESS) engine_->free(p, nullptr, &r);
+      if (engine_->allocate(&p, 64u << 10, nullptr) == CUDA_SUCCESS) (void)free_tracked(p);
     }
   });
 
@@ -108,22 +110,17 @@ TEST_F(EngineTest, TrainingLoopKeepsEveryActivationWhileAnotherThreadAllocates) 
     for (uint32_t l = layers; l-- > 0;) {
       void* p[] = {&act[l], const_cast<size_t*>(&n), &step, &l, &bad};
       ASSERT_EQ(CUDA_SUCCESS, launch(bwd_, p));
-      CUresult r;
-      ASSERT_TRUE(engine_->free(act[l], nullptr, &r));
-      ASSERT_EQ(CUDA_SUCCESS, r);
+      ASSERT_EQ(CUDA_SUCCESS, free_tracked(act[l]));
     }
     engine_->note_step();
     uint32_t wrong = 1;
-    BlockList blocks;
-    engine_->collect_range(bad, 4, blocks);
-    ASSERT_EQ(CUDA_SUCCESS, engine_->before_use(blocks, CU_STREAM_LEGACY));
-    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuMemcpyDtoH, &wrong, bad, 4));
-    engine_->after_use(blocks, CU_STREAM_LEGACY, true);
+    ASSERT_EQ(CUDA_SUCCESS, engine_->access({{bad, 4}}, CU_STREAM_LEGACY,
+                                            [&] { return TIERRT_CU(cuMemcpyDtoH, &wrong, bad, 4); }));
     ASSERT_EQ(0u, wrong) << "step " << step;
   }
   stop.store(true);
   churn.join();
-  const alloc::Stats s = engine_->allocator().stats();
+  const alloc::Stats s = engine_->allocator_stats();
   EXPECT_GT(s.spills, 0u) << "the loop never exceeded the budget";
   ASSERT_NE(nullptr, engine_->planner());
   EXPECT_GT(engine_->planner()->spills_issued() + engine_->planner()->prefetches_issued(), 0u)
