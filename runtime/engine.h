@@ -155,7 +155,6 @@ class Engine {
   alloc::Stats allocator_stats() const noexcept { return alloc_->stats(); }
   std::uint64_t launches() const noexcept { return launches_.load(); }
   std::uint64_t steps() const noexcept { return steps_.load(); }
-  std::uint64_t live_bytes() const noexcept { return live_bytes_.load(); }
   std::uint64_t peak_live_bytes() const noexcept { return peak_live_bytes_.load(); }
   const PolicyThread* planner() const noexcept { return policy_.get(); }
   const MoveFeedback& moves() const noexcept { return *feedback_; }

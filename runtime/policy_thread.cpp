@@ -145,7 +145,6 @@ void PolicyThread::report_late_fetch(const LateFetch& r) {
   const auto ordinal = policy_->ordinal_of(r.block);
   if (!ordinal) return;
   policy_->report_late(*ordinal, static_cast<double>(r.late_ns));
-  late_reports_.fetch_add(1, std::memory_order_relaxed);
 }
 
 void PolicyThread::feed(const policy::Event& e, std::uint64_t ns) {

@@ -60,9 +60,8 @@ class PolicyThread {
   std::uint64_t dropped() const noexcept { return dropped_.load(); }
   std::uint64_t prefetches_issued() const noexcept { return prefetches_.load(); }
   std::uint64_t spills_issued() const noexcept { return spills_.load(); }
-  // Mover reports that named a block of the step they arrived in.
+  // Demand fetches the mover reported of blocks of the step they arrived in.
   std::uint64_t demand_reports() const noexcept { return demand_reports_.load(); }
-  std::uint64_t late_reports() const noexcept { return late_reports_.load(); }
   // Demand fetches of blocks a followed plan had spilled, and steps planned.
   std::uint64_t mispredictions() const noexcept { return mispredictions_.load(); }
   std::uint64_t steps_learned() const noexcept { return steps_learned_.load(); }
@@ -129,7 +128,7 @@ class PolicyThread {
   std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<std::uint64_t> dropped_{0}, prefetches_{0}, spills_{0};
-  std::atomic<std::uint64_t> demand_reports_{0}, late_reports_{0};
+  std::atomic<std::uint64_t> demand_reports_{0};
   std::atomic<std::uint64_t> mispredictions_{0}, steps_learned_{0};
   mutable std::mutex learned_mu_;
   LearnedStep learned_;  // guarded by learned_mu_
