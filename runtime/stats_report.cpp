@@ -62,6 +62,55 @@ void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
   t.late_fetches = e.moves().late_fetches();
   t.d2h_bytes_per_s = e.moves().bytes_per_s(alloc::MoveObserver::Direction::ToHost);
   t.h2d_bytes_per_s = e.moves().bytes_per_s(alloc::MoveObserver::Direction::ToDevice);
+  if (const PolicyThread* p = e.planner()) {
+    t.planned_spills = p->spills_issued();
+    t.planned_prefetches = p->prefetches_issued();
+    t.mispredictions = p->mispredictions();
+    t.steps_learned = p->steps_learned();
+  }
+  size_t n = out->struct_size && out->struct_size < sizeof t ? out->struct_size : sizeof t;
+  std::memcpy(out, &t, n);
+  out->struct_size = n;
+}
+
+void write_stats_report(const Engine& e) noexcept {
+  const std::string& where = e.settings().stats;
+  if (where.empty()) return;
+  FILE* f = where == "-" ? stderr : std::fopen(where.c_str(), "w");
+  if (!f) {
+    TIERRT_LOG(kError, "cannot write TIERRT_STATS=\"%s\"", where.c_str());
+    return;
+  }
+  tierrt_stats t{};
+  t.struct_size = sizeof t;
+  fill_public_stats(e, &t);
+  const alloc::Stats s = e.allocator_stats();
+  const std::uint64_t prefetched = t.fetches - t.demand_fetches;
+  std::fprintf(f, "tierrt stats (pid %d)\n", static_cast<int>(getpid()));
+  std::fprintf(f, "  peak device memory      %10.1f MiB with tiering, %10.1f MiB of live tracked blocks (without)\n",
+               mib(t.device_peak_bytes), mib(t.peak_bytes_untiered));
+  std::fprintf(f, "  budgets                 %10.1f MiB device, %10.1f MiB host\n", mib(t.device_budget),
+               mib(t.host_budget));
+  std::fprintf(f, "  host tier               %10.1f MiB now, %10.1f MiB at peak\n", mib(t.host_bytes_in_use),
+               mib(t.host_peak_bytes));
+  std::fprintf(f, "  spilled                 %10llu blocks, %10.1f MiB (%llu more started, then used again in time)\n",
+               static_cast<unsigned long long>(t.spills - std::min(t.spills, t.spills_aborted)), mib(t.bytes_spilled),
+               static_cast<unsigned long long>(t.spills_aborted));
+  std::fprintf(f, "  fetched back            %10llu blocks, %10.1f MiB (%llu prefetched, %llu on demand)\n",
+               static_cast<unsigned long long>(t.fetches), mib(t.bytes_fetched),
+               static_cast<unsigned long long>(prefetched), static_cast<unsigned long long>(t.demand_fetches));
+  if (t.fetches)
+    std::fprintf(f, "  prefetch hit rate       %10.1f %% (%llu prefetches late, by %.2f ms in all)\n",
+                 100.0 * static_cast<double>(prefetched - std::min(prefetched, t.late_fetches)) / t.fetches,
+                 static_cast<unsigned long long>(t.late_fetches), static_cast<double>(e.moves().late_ns()) / 1e6);
+  if (t.d2h_bytes_per_s || t.h2d_bytes_per_s)
+    std::fprintf(f, "  copies, measured        %10.2f GB/s device to host, %.2f GB/s host to device\n",
+                 static_cast<double>(t.d2h_bytes_per_s) / 1e9, static_cast<double>(t.h2d_bytes_per_s) / 1e9);
+  std::fprintf(f, "  allocations             %10llu tracked, %llu reached the driver (%llu cache hits)\n",
+               static_cast<unsigned long long>(t.allocations), static_cast<unsigned long long>(t.driver_allocations),
+               static_cast<unsigned long long>(s.cache_hits));
+  std::fprintf(f, "  launches seen           %10llu; steps marked %llu\n", static_cast<unsigned long long>(t.launches_seen),
+               static_cast<unsigned long long>(t.steps_marked));
   if (const PolicyThread* p = e.planner()) write_planner(f, t, *p);
   bool any_class = false;
   for (int c = 1; c < 8; ++c) any_class |= s.class_bytes[c] != 0;
