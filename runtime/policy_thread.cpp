@@ -52,14 +52,15 @@ void PolicyThread::post_late_fetch(policy::BlockId block, std::uint64_t late_ns)
 }
 
 // Multi-producer ring: each slot's turn says whose write or read is next.
-void PolicyThread::push(const Message& m, bool timed_now, bool wakes) noexcept {
+template <class Item>
+void PolicyThread::push(const Item& item, bool timed_now, bool wakes) noexcept {
   std::uint64_t pos = head_.load(std::memory_order_relaxed);
   for (;;) {
     Slot& s = ring_[pos & (kSlots - 1)];
     std::uint64_t turn = s.turn.load(std::memory_order_acquire);
     if (turn == pos) {
       if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
-        s.message = m;
+        s.message = item;
         s.ns = timed_now ? steady_ns() : 0;
         s.turn.store(pos + 1, std::memory_order_release);
         break;

@@ -95,8 +95,10 @@ class PolicyThread {
   };
   static constexpr std::uint64_t kSlots = 1u << 16;
 
-  // `wakes`: the thread is woken rather than left to its next poll.
-  void push(const Message& m, bool timed_now, bool wakes) noexcept;
+  // `item`: one of Message's alternatives. `timed_now`: the slot gets the
+  // host's time; `wakes`: the thread is woken rather than left to its next poll.
+  template <class Item>
+  void push(const Item& item, bool timed_now, bool wakes) noexcept;
   bool ready() const noexcept;  // the next slot is written
   // How late the thread may learn of a launch: small against the kernels a
   // training step is made of, and a few thousand wake-ups a second at most.

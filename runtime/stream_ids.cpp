@@ -2,8 +2,7 @@
 
 namespace tierrt {
 
-policy::StreamId StreamIds::id(CUstream s) noexcept {
-  if (s == nullptr || s == CU_STREAM_LEGACY) return 0;
+policy::StreamId StreamIds::find_or_add(CUstream s) noexcept {
   for (policy::StreamId i = 0; i < kMax; ++i) {
     CUstream seen = streams_[i].load(std::memory_order_acquire);
     if (seen == nullptr && streams_[i].compare_exchange_strong(seen, s, std::memory_order_acq_rel)) return i + 1;

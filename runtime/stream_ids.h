@@ -16,11 +16,14 @@ class StreamIds {
  public:
   // 0 for the legacy default stream (and NULL, which means it); 1.. for the
   // others in the order first seen; past kMax they share the last id.
-  policy::StreamId id(CUstream s) noexcept;
+  policy::StreamId id(CUstream s) noexcept {
+    return s == nullptr || s == CU_STREAM_LEGACY ? 0 : find_or_add(s);
+  }
 
   static constexpr policy::StreamId kMax = 255;
 
  private:
+  policy::StreamId find_or_add(CUstream s) noexcept;
   std::atomic<CUstream> streams_[kMax] = {};
 };
 

@@ -27,8 +27,7 @@ bool UserPins::unpin(alloc::Block* b) noexcept {
   return true;
 }
 
-void UserPins::drop(alloc::Block* b) noexcept {
-  if (pinned_blocks_.load(std::memory_order_relaxed) == 0) return;
+void UserPins::drop_pinned(alloc::Block* b) noexcept {
   alloc::Block* one[] = {b};
   std::lock_guard lock(mu_);
   auto it = count_.find(b);

@@ -24,9 +24,12 @@ class UserPins {
   // False when the application holds no pin on `b`.
   bool unpin(alloc::Block* b) noexcept;
   // `b` is being freed: the pins the application still holds on it end.
-  void drop(alloc::Block* b) noexcept;
+  void drop(alloc::Block* b) noexcept {
+    if (pinned_blocks_.load(std::memory_order_relaxed) != 0) drop_pinned(b);
+  }
 
  private:
+  void drop_pinned(alloc::Block* b) noexcept;
   alloc::Allocator& allocator_;
   std::mutex mu_;
   std::unordered_map<const alloc::Block*, std::uint32_t> count_;  // guarded by mu_
