@@ -61,6 +61,14 @@ alloc::Options allocator_options(const Settings& s, std::uint64_t device_total) 
   return o;
 }
 
+// The calling thread's context, its device and the device's memory.
+CUresult current_device(CUcontext* ctx, CUdevice* dev, size_t* total) noexcept {
+  if (CUresult r = TIERRT_CU(cuCtxGetCurrent, ctx)) return r;
+  if (!*ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  if (CUresult r = TIERRT_CU(cuCtxGetDevice, dev)) return r;
+  return TIERRT_CU(cuDeviceTotalMem, total, *dev);
+}
+
 }  // namespace
 
 Engine::Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext ctx, CUmemoryPool default_pool)
@@ -81,31 +89,22 @@ Engine::~Engine() {
 }
 
 std::unique_ptr<Engine> Engine::create(const Settings& s, CUresult* err) noexcept {
-  *err = CUDA_SUCCESS;
   CUcontext ctx = nullptr;
   CUdevice dev = 0;
   size_t total = 0;
-  if ((*err = TIERRT_CU(cuCtxGetCurrent, &ctx)) != CUDA_SUCCESS) return nullptr;
-  if (!ctx) {
-    *err = CUDA_ERROR_INVALID_CONTEXT;
-    return nullptr;
-  }
-  if ((*err = TIERRT_CU(cuCtxGetDevice, &dev)) != CUDA_SUCCESS ||
-      (*err = TIERRT_CU(cuDeviceTotalMem, &total, dev)) != CUDA_SUCCESS)
-    return nullptr;
+  if ((*err = current_device(&ctx, &dev, &total)) != CUDA_SUCCESS) return nullptr;
   // Without a default pool (old drivers) no pool allocation is tiered.
   CUmemoryPool pool = nullptr;
   if (TIERRT_CU(cuDeviceGetDefaultMemPool, &pool, dev) != CUDA_SUCCESS) pool = nullptr;
   try {
     std::unique_ptr<alloc::Allocator> a = alloc::Allocator::create(allocator_options(s, total), err);
     if (!a) return nullptr;
-    std::unique_ptr<Engine> e(new Engine(s, std::move(a), ctx, pool));
-    const alloc::Stats st = e->alloc_->stats();
+    const alloc::Stats st = a->stats();
     TIERRT_LOG(kInfo, "started on device %d: mode %s, spill %s, device budget %llu MiB, host budget %llu MiB", dev,
-               s.mode == Mode::kTier ? "tier" : "observe", alloc::to_string(e->alloc_->mode()),
+               s.mode == Mode::kTier ? "tier" : "observe", alloc::to_string(a->mode()),
                static_cast<unsigned long long>(st.device_budget >> 20),
                static_cast<unsigned long long>(st.host_budget >> 20));
-    return e;
+    return std::unique_ptr<Engine>(new Engine(s, std::move(a), ctx, pool));
   } catch (...) {
     *err = CUDA_ERROR_OUT_OF_MEMORY;
     return nullptr;

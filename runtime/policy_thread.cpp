@@ -158,39 +158,52 @@ void PolicyThread::feed(const policy::Event& e, std::uint64_t ns) {
     policy_->record(e);
     return;
   }
-  if (held_) {
-    // The next event tells how long the held launch took on the host; once
-    // the device clock has spoken, its mean is the better guess until the
-    // launch's own device time arrives.
-    // (Without a clock, the host's time is all there is; with one, a launch
-    // before its first reading is left unmeasured: zero.)
-    held_launch_.b = device_launch_ns_ > 0 ? static_cast<std::uint64_t>(device_launch_ns_)
-                     : clock_.ok()          ? 0
-                                            : ns - held_ns_;
-    record_launch_held();
-  }
+  if (held_) release_held_launch(ns);
   if (e.kind == EventKind::Launch) {
-    read_clock();
-    // The launch is out, its uses recorded: spill what it used last, and
-    // bring back what it and the launch after it need (this thread learns of
-    // a launch only once it was issued).
-    if (policy_->steps_completed() != deferred_step_) {  // ordinals name another step's blocks now
-      deferred_.clear();
-      deferred_step_ = policy_->steps_completed();
-    }
-    retry_deferred();
-    act(policy_->triggers_ahead(0), policy::Action::Spill);
-    act(policy_->triggers_ahead(0), policy::Action::Prefetch);
-    act(policy_->triggers_ahead(1), policy::Action::Prefetch);
-    held_ = true;
-    held_launch_ = e;
-    held_ns_ = ns;
-    held_uses_.clear();
+    act_on_launch();
+    hold_launch(e, ns);
     return;
   }
   policy_->record(e);
   if (e.kind == EventKind::Step) publish();
   if (e.kind == EventKind::Alloc || e.kind == EventKind::Step) tag(e);
+}
+
+void PolicyThread::hold_launch(const policy::Event& launch, std::uint64_t ns) {
+  held_ = true;
+  held_launch_ = launch;
+  held_ns_ = ns;
+  held_uses_.clear();
+}
+
+// The event after the held launch, at `ns`, tells how long the launch took on
+// the host; once the device clock has spoken, its mean is the better guess
+// until the launch's own device time arrives. (Without a clock, the host's
+// time is all there is; with one, a launch before its first reading is left
+// unmeasured: zero.)
+void PolicyThread::release_held_launch(std::uint64_t ns) {
+  held_launch_.b = device_launch_ns_ > 0 ? static_cast<std::uint64_t>(device_launch_ns_)
+                   : clock_.ok()          ? 0
+                                          : ns - held_ns_;
+  held_ = false;
+  policy_->record(held_launch_);
+  for (const policy::Event& u : held_uses_) policy_->record(u);
+  publish();
+}
+
+// The launch is out, its uses recorded: spill what it used last, and bring
+// back what it and the launch after it need (this thread learns of a launch
+// only once it was issued).
+void PolicyThread::act_on_launch() {
+  read_clock();
+  if (policy_->steps_completed() != deferred_step_) {  // ordinals name another step's blocks now
+    deferred_.clear();
+    deferred_step_ = policy_->steps_completed();
+  }
+  retry_deferred();
+  act(policy_->triggers_ahead(0), policy::Action::Spill);
+  act(policy_->triggers_ahead(0), policy::Action::Prefetch);
+  act(policy_->triggers_ahead(1), policy::Action::Prefetch);
 }
 
 // The allocator's per-class statistics: a block allocated in a step gets the
@@ -210,13 +223,6 @@ void PolicyThread::tag(const policy::Event& e) {
   }
   for (const policy::BlockRecord& r : tl->blocks)
     if (r.predates_step()) set(r.id, r.cls);
-}
-
-void PolicyThread::record_launch_held() {
-  held_ = false;
-  policy_->record(held_launch_);
-  for (const policy::Event& u : held_uses_) policy_->record(u);
-  publish();
 }
 
 void PolicyThread::read_clock() {

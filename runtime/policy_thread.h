@@ -109,7 +109,9 @@ class PolicyThread {
   void feed(const policy::Event& e, std::uint64_t ns);
   void report_demand_fetch(const DemandFetch& r);
   void report_late_fetch(const LateFetch& r);
-  void record_launch_held();
+  void hold_launch(const policy::Event& launch, std::uint64_t ns);
+  void release_held_launch(std::uint64_t ns);  // into the policy, with its duration
+  void act_on_launch();
   void read_clock();  // device durations of the launches between samples that completed
   void publish();
   void tag(const policy::Event& e);  // what the policy learned, for the allocator's per-class stats
