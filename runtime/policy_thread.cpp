@@ -254,14 +254,14 @@ void PolicyThread::publish() {
   steps_learned_.store(steps, std::memory_order_relaxed);
   const policy::StepTimeline* tl = policy_->planner().last_timeline();
   if (!tl || steps == learned_.steps) return;  // learned_ is written by this thread only
-  LearnedStep now;
-  now.steps = steps;
-  now.signature = tl->signature;
-  now.launches = static_cast<std::uint32_t>(tl->ops.size());
-  now.classes.reserve(tl->blocks.size());
-  for (const policy::BlockRecord& r : tl->blocks) now.classes.push_back(r.cls);
+  // In place: without markers a step may be a few launches long, and this
+  // runs at each one's end.
   std::lock_guard lock(learned_mu_);
-  learned_ = std::move(now);
+  learned_.steps = steps;
+  learned_.signature = tl->signature;
+  learned_.launches = static_cast<std::uint32_t>(tl->ops.size());
+  learned_.classes.resize(tl->blocks.size());
+  for (std::size_t i = 0; i < tl->blocks.size(); ++i) learned_.classes[i] = tl->blocks[i].cls;
 }
 
 PolicyThread::LearnedStep PolicyThread::learned_step() const {
