@@ -9,54 +9,20 @@
 #include <thread>
 #include <vector>
 
-#include "driver/driver.h"
 #include "runtime/engine.h"
-#include "simdev/simdev.h"
+#include "tests/runtime/simdev_kernels.h"
 
 namespace tierrt {
 namespace {
 
-uint32_t value(uint32_t step, uint32_t layer, size_t i) { return step * 31u + layer * 1009u + static_cast<uint32_t>(i); }
-
-void forward(const simdev_launch* l) {
-  auto* out = *static_cast<uint32_t* const*>(l->params[0]);
-  size_t n = *static_cast<const size_t*>(l->params[1]);
-  uint32_t step = *static_cast<const uint32_t*>(l->params[2]), layer = *static_cast<const uint32_t*>(l->params[3]);
-  for (size_t i = 0; i < n; i += 64) out[i] = value(step, layer, i);
-}
-
-void backward(const simdev_launch* l) {
-  auto* act = *static_cast<uint32_t* const*>(l->params[0]);
-  size_t n = *static_cast<const size_t*>(l->params[1]);
-  uint32_t step = *static_cast<const uint32_t*>(l->params[2]), layer = *static_cast<const uint32_t*>(l->params[3]);
-  auto* bad = *static_cast<uint32_t* const*>(l->params[4]);
-  for (size_t i = 0; i < n; i += 64)
-    if (act[i] != value(step, layer, i)) *bad += 1;
-}
-
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(drv::loaded());
-    // The driver is loaded by tierrt's own table, privately: ask it directly.
-    auto reg = reinterpret_cast<int (*)(const simdev_kernel_desc*)>(drv::resolve("simdev_register_kernel"));
-    ASSERT_NE(nullptr, reg) << "runs on simdev";
-    const size_t fs[] = {8, 8, 4, 4}, bs[] = {8, 8, 4, 4, 8};
-    simdev_kernel_desc f{"engine_test_forward", &forward, 4, fs, nullptr, 100000};
-    simdev_kernel_desc b{"engine_test_backward", &backward, 5, bs, nullptr, 100000};
-    ASSERT_EQ(0, reg(&f));
-    ASSERT_EQ(0, reg(&b));
-    CUdevice dev;
-    CUcontext ctx;
-    CUmodule m;
-    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuInit, 0));
-    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuDeviceGet, &dev, 0));
-    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuDevicePrimaryCtxRetain, &ctx, dev));
-    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuCtxSetCurrent, ctx));
-    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuModuleLoadData, &m, "simdev"));
-    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuModuleGetFunction, &fwd_, m, "engine_test_forward"));
-    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuModuleGetFunction, &bwd_, m, "engine_test_backward"));
-    ctx_ = ctx;
+    testing_simdev::Kernels k;
+    ASSERT_NO_FATAL_FAILURE(testing_simdev::set_up(&k));
+    fwd_ = k.write;
+    bwd_ = k.check;
+    ctx_ = k.ctx;
     engine_ = Engine::start();
     ASSERT_NE(nullptr, engine_) << "the engine did not start";
   }
