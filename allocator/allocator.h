@@ -33,7 +33,7 @@ struct AllocFlags {
 enum class SpillResult : std::uint8_t {
   Started,         // the copy is enqueued; SPILLED once it completes
   AlreadyMoving,   // SPILLING, SPILLED or FETCHING already
-  Busy,            // pinned by a launch, captured, or a move not yet finalised
+  Busy,            // pinned (by a launch or the user), captured, or a move not yet finalised
   HostFull,        // the host budget is spent: spilling stops
   NotSpillable,    // below min_bytes, freed, or not ours
   Failed,          // a driver call failed (the block stays resident)
@@ -42,7 +42,7 @@ enum class SpillResult : std::uint8_t {
 struct Stats {
   std::uint64_t blocks[kStateCount] = {};
   std::uint64_t bytes[kStateCount] = {};   // requested bytes per state
-  std::uint64_t class_bytes[8] = {};       // live (not freed) bytes per class
+  std::uint64_t class_bytes[8] = {};       // live (not freed) bytes per lifetime class
   std::uint64_t cached_bytes = 0, cached_blocks = 0;
   std::uint64_t spare_device_bytes = 0;    // unmapped device chunks kept for the next fetch
   std::uint64_t slab_bytes = 0;            // device bytes held by small-object slabs
@@ -73,8 +73,6 @@ class MoveObserver {
  protected:
   ~MoveObserver() = default;
 };
-
-class Impl;
 
 class Allocator {
  public:
@@ -108,12 +106,19 @@ class Allocator {
   // spill starts until release(). Enqueue the work, record_use(), release().
   CUresult ensure_resident(std::span<Block* const> blocks, CUstream stream) noexcept;
   void release(std::span<Block* const> blocks) noexcept;
+  // A user pin (tierrt_advise PIN): makes the block usable by work on
+  // `stream` next, as ensure_resident does, and keeps it from being spilled
+  // until unpin(). Counted apart from launch pins.
+  CUresult pin(Block* b, CUstream stream) noexcept;
+  // False when the block holds no user pin (launch pins are never touched).
+  bool unpin(Block* b) noexcept;
   // Records that work just enqueued on `stream` uses the blocks. Under stream
   // capture pass capturing = true: the blocks then stay resident for good.
   CUresult record_use(std::span<Block* const> blocks, CUstream stream,
                       bool capturing = false) noexcept;
 
-  void set_class(Block* b, std::uint8_t cls) noexcept;
+  // The block's lifetime class (0: unknown; 1..7: the runtime's classes).
+  void set_class(Block* b, std::uint8_t lifetime) noexcept;
   // Tells `observer` (null: nobody) what the mover sees from now on. It must
   // outlive the allocator.
   void set_observer(MoveObserver* observer) noexcept;
@@ -125,11 +130,11 @@ class Allocator {
   Stats stats() const noexcept;
   SpillMode mode() const noexcept;  // the mode in use: Remap or Copy
   std::size_t granularity() const noexcept;
-  const Options& options() const noexcept;
 
  private:
-  explicit Allocator(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  struct Parts;  // what it composes (allocator/parts.h)
+  explicit Allocator(std::unique_ptr<Parts> parts) noexcept;
+  std::unique_ptr<Parts> p_;
 };
 
 }  // namespace tierrt::alloc

@@ -1,5 +1,5 @@
 // A Block: one tracked device allocation whose VA never changes while what
-// backs it (device chunks, host chunks, a pinned buffer) moves.
+// backs it (a device chunk, a host chunk, a pinned buffer) moves.
 #pragma once
 
 #include <cuda.h>
@@ -24,9 +24,29 @@ namespace bi = boost::intrusive;
 enum class State : std::uint8_t { Resident, Spilling, Spilled, Fetching, Freed };
 inline constexpr int kStateCount = 5;
 
-const char* state_name(State s) noexcept;
-// The transition table of the state machine above (enforced in mover.cpp).
-bool transition_allowed(State from, State to) noexcept;
+constexpr const char* state_name(State s) noexcept {
+  switch (s) {
+    case State::Resident: return "RESIDENT";
+    case State::Spilling: return "SPILLING";
+    case State::Spilled: return "SPILLED";
+    case State::Fetching: return "FETCHING";
+    case State::Freed: return "FREED";
+  }
+  return "?";
+}
+
+// The state machine above as a table (asserted on every transition).
+inline constexpr bool kLegalTransition[kStateCount][kStateCount] = {
+    //            to: Resident Spilling Spilled Fetching Freed
+    /* Resident */ {false, true, false, false, true},
+    /* Spilling */ {true, false, true, false, false},
+    /* Spilled  */ {false, false, false, true, true},
+    /* Fetching */ {true, false, true, false, false},
+    /* Freed    */ {true, false, false, false, false},
+};
+constexpr bool legal_transition(State from, State to) noexcept {
+  return kLegalTransition[static_cast<int>(from)][static_cast<int>(to)];
+}
 
 // A pooled CUevent shared by every block a launch named.
 struct UseEvent {
@@ -41,6 +61,15 @@ struct UseSlot {
 };
 
 inline constexpr int kMaxUseSlots = 8;
+inline constexpr std::uint64_t kNeededOnDemand = 1;
+
+// A spilled block's bytes on the host: a host chunk (remap) or a pinned
+// buffer (copy), and its share of the host budget.
+struct HostCopy {
+  CUmemGenericAllocationHandle chunk = 0;
+  void* buf = nullptr;
+  std::uint64_t bytes = 0;
+};
 
 struct Block {
   // Identity (fixed while the block is live).
@@ -49,35 +78,38 @@ struct Block {
   std::size_t mapped = 0;  // size rounded to the granularity
   bool spillable = true;   // false below TIERRT_MIN_BYTES
 
-  // Backing (guarded by the allocator's mutex).
-  CUmemGenericAllocationHandle dev = 0;   // device chunk while resident
-  CUmemGenericAllocationHandle host = 0;  // remap: host chunk while spilled
-  void* host_buf = nullptr;               // copy: pinned buffer while spilled
-  CUdeviceptr shadow = 0;                 // remap: second VA for the host chunk
-  std::uint64_t host_bytes = 0;           // held against the host budget
+  // Backing (guarded by alloc.blocks; a move in flight owns it meanwhile).
+  CUmemGenericAllocationHandle dev = 0;  // device chunk while resident
+  HostCopy host;                         // while spilled
+  CUdeviceptr shadow = 0;                // remap: second VA for the host chunk
 
   // State (state and pins are read lock-free on the launch path).
   std::atomic<State> state{State::Freed};
   std::atomic<std::uint32_t> pins{0};     // launches being enqueued right now
   std::atomic<UseEvent*> ready{nullptr};  // fetch event consumers must wait on
-  // When a launch first waited on the fetch under way (steady-clock ns; 0: none).
+  // When a launch first waited on the fetch under way (steady-clock ns; 0:
+  // none; kNeededOnDemand: the fetch was started for a launch, never late).
   std::atomic<std::uint64_t> needed_since{0};
+  // Last recorded use, allocation or fetch (the use tracker's clock): the
+  // rescue spills the coldest first.
+  std::atomic<std::uint64_t> last_use{0};
+  std::uint32_t user_pins = 0;  // tierrt_advise(PIN) not yet unpinned
   bool remapping = false;   // the VA's mapping is being changed: wait
   bool captured = false;    // named by a captured graph: stays resident
   std::uint32_t gen = 0;    // bumped when a spill starts or is aborted
   std::uint32_t ops_pending = 0;  // mover operations not yet finalised
-  std::uint8_t cls = 0;     // lifetime class set by the runtime
-  bool counted_freed = false;  // counted in the FREED statistics (cached)
+  std::uint8_t lifetime = 0;      // lifetime class set by the runtime (0: unknown)
+  bool counted_freed = false;     // counted in the FREED statistics (cached)
 
-  // Uses not yet known complete, one slot per stream.
+  // Uses not yet known complete, one slot per stream (guarded by alloc.uses).
   UseSlot uses[kMaxUseSlots];
   int nuses = 0;
   CUstream free_stream = nullptr;  // stream of the free, while cached
 
   // Containers.
-  bi::set_member_hook<> cache_hook;  // size-ordered cache of freed blocks
-  bi::list_member_hook<> lru_hook;   // resident spillable blocks, coldest first
-  bi::list_member_hook<> pool_hook;  // recycled Block objects
+  bi::set_member_hook<> cache_hook;     // size-ordered cache of freed blocks
+  bi::list_member_hook<> resident_hook; // resident spillable blocks
+  bi::list_member_hook<> pool_hook;     // recycled Block objects
 
   State st() const noexcept { return state.load(std::memory_order_acquire); }
 };

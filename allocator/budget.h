@@ -29,10 +29,6 @@ class Budget {
     bump_peak(u + n);
     return true;
   }
-  // Reserves n bytes whatever the limit (memory that already exists).
-  void force_reserve(std::uint64_t n) noexcept {
-    bump_peak(used_.fetch_add(n, std::memory_order_relaxed) + n);
-  }
   void release(std::uint64_t n) noexcept { used_.fetch_sub(n, std::memory_order_relaxed); }
 
  private:

@@ -13,6 +13,9 @@
 #include <utility>
 #include <vector>
 
+#include "allocator/lock_rank.h"
+#include "allocator/ranked_mutex.h"
+
 namespace tierrt::alloc {
 
 class ChunkSpares {
@@ -20,12 +23,12 @@ class ChunkSpares {
   using Handle = CUmemGenericAllocationHandle;
 
   void set_limit(std::uint64_t bytes) noexcept {
-    std::lock_guard<std::mutex> g(mu_);
+    std::lock_guard<RankedMutex> g(mu_);
     limit_ = bytes;
   }
   // A spare of exactly `bytes`, or false.
   bool take(std::size_t bytes, Handle* out) noexcept {
-    std::lock_guard<std::mutex> g(mu_);
+    std::lock_guard<RankedMutex> g(mu_);
     auto it = spares_.find(bytes);
     if (it == spares_.end()) return false;
     *out = it->second;
@@ -35,7 +38,7 @@ class ChunkSpares {
   }
   // Keeps `h` unless that would pass the limit (false: the caller releases it).
   bool give(Handle h, std::size_t bytes) noexcept {
-    std::lock_guard<std::mutex> g(mu_);
+    std::lock_guard<RankedMutex> g(mu_);
     if (bytes_ + bytes > limit_) return false;
     spares_.emplace(bytes, h);
     bytes_ += bytes;
@@ -43,7 +46,7 @@ class ChunkSpares {
   }
   // Hands over spares, largest first, until at least `bytes` (or all) left.
   std::vector<std::pair<std::size_t, Handle>> take_all(std::uint64_t bytes = UINT64_MAX) {
-    std::lock_guard<std::mutex> g(mu_);
+    std::lock_guard<RankedMutex> g(mu_);
     std::vector<std::pair<std::size_t, Handle>> out;
     std::uint64_t sum = 0;
     while (sum < bytes && !spares_.empty()) {
@@ -56,12 +59,13 @@ class ChunkSpares {
     return out;
   }
   std::uint64_t bytes() const noexcept {
-    std::lock_guard<std::mutex> g(mu_);
+    std::lock_guard<RankedMutex> g(mu_);
     return bytes_;
   }
 
  private:
-  mutable std::mutex mu_;
+  // Rank 80 (lock_rank.h): nothing is taken inside it.
+  mutable RankedMutex mu_{kRankChunkSpares, "alloc.chunk_spares"};
   std::multimap<std::size_t, Handle> spares_;
   std::uint64_t bytes_ = 0;
   std::uint64_t limit_ = 0;

@@ -2,23 +2,22 @@
 
 #include <sys/mman.h>
 
-#include <new>
-
 namespace tierrt::alloc {
 
 namespace {
 constexpr std::size_t kLeafHeader = 64;  // the Leaf, then its entries on their own cache line
 }  // namespace
 
-GranuleTable::GranuleTable(unsigned granule_shift)
+GranuleTable::GranuleTable(unsigned granule_shift) noexcept
     : shift_(granule_shift > kLeafShift ? kLeafShift : granule_shift),
       leaf_entries_(std::size_t{1} << (kLeafShift - shift_)),
       leaf_mask_(leaf_entries_ - 1) {
   // 2 MiB of zero pages that the kernel backs only where touched.
   void* p = mmap(nullptr, kTopEntries * sizeof(std::atomic<Leaf*>),
                  PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (p == MAP_FAILED) throw std::bad_alloc();
+  if (p == MAP_FAILED) return;  // valid() is false: every insert fails, every find misses
   top_ = static_cast<std::atomic<Leaf*>*>(p);
+  top_entries_ = kTopEntries;
 }
 
 std::size_t GranuleTable::leaf_bytes() const noexcept {
@@ -26,6 +25,7 @@ std::size_t GranuleTable::leaf_bytes() const noexcept {
 }
 
 GranuleTable::~GranuleTable() {
+  if (top_ == nullptr) return;
   for (std::size_t i = 0; i < kTopEntries; ++i) {
     Leaf* l = top_[i].load(std::memory_order_relaxed);
     if (l != nullptr) munmap(l, leaf_bytes());
@@ -35,10 +35,10 @@ GranuleTable::~GranuleTable() {
 
 GranuleTable::Leaf* GranuleTable::leaf_for(std::uintptr_t addr) {
   const std::uintptr_t top = addr >> kLeafShift;
-  if (top >= kTopEntries) return nullptr;
+  if (top >= top_entries_) return nullptr;
   Leaf* l = top_[top].load(std::memory_order_acquire);
   if (l != nullptr) return l;
-  std::lock_guard<std::mutex> g(grow_mu_);
+  std::lock_guard<RankedMutex> g(grow_mu_);
   l = top_[top].load(std::memory_order_acquire);
   if (l == nullptr) {
     // Leaves live in mmap'd memory like the top level, so the only pointers
@@ -57,7 +57,7 @@ GranuleTable::Leaf* GranuleTable::leaf_for(std::uintptr_t addr) {
 bool GranuleTable::insert(std::uintptr_t base, std::size_t len, std::uintptr_t value) {
   const std::uintptr_t g = std::uintptr_t{1} << shift_;
   if (len == 0 || (base & (g - 1)) != 0 || (len & (g - 1)) != 0) return false;
-  if (((base + len - 1) >> kLeafShift) >= kTopEntries) return false;
+  if (((base + len - 1) >> kLeafShift) >= top_entries_) return false;
   for (std::uintptr_t a = base; a < base + len; a += g)
     if (leaf_for(a) == nullptr) return false;
   for (std::uintptr_t a = base; a < base + len; a += g)
@@ -69,7 +69,7 @@ bool GranuleTable::insert(std::uintptr_t base, std::size_t len, std::uintptr_t v
 void GranuleTable::erase(std::uintptr_t base, std::size_t len) noexcept {
   const std::uintptr_t g = std::uintptr_t{1} << shift_;
   for (std::uintptr_t a = base; a < base + len; a += g) {
-    if ((a >> kLeafShift) >= kTopEntries) return;
+    if ((a >> kLeafShift) >= top_entries_) return;
     Leaf* l = top_[a >> kLeafShift].load(std::memory_order_acquire);
     if (l != nullptr) l->e[(a >> shift_) & leaf_mask_].store(0, std::memory_order_release);
   }

@@ -9,6 +9,9 @@
 #include <cstdint>
 #include <mutex>
 
+#include "allocator/lock_rank.h"
+#include "allocator/ranked_mutex.h"
+
 namespace tierrt::alloc {
 
 class GranuleTable {
@@ -17,7 +20,9 @@ class GranuleTable {
   static constexpr unsigned kLeafShift = 30;  // one leaf covers 1 GiB
 
   // granule_shift: log2 of the allocation granularity (at most kLeafShift).
-  explicit GranuleTable(unsigned granule_shift);
+  explicit GranuleTable(unsigned granule_shift) noexcept;
+  // False when the top level could not be mapped.
+  bool valid() const noexcept { return top_ != nullptr; }
   ~GranuleTable();
   std::size_t leaf_bytes() const noexcept;  // one leaf: header, then its entries
   GranuleTable(const GranuleTable&) = delete;
@@ -30,13 +35,11 @@ class GranuleTable {
 
   std::uintptr_t find(std::uintptr_t addr) const noexcept {
     const std::uintptr_t top = addr >> kLeafShift;
-    if (top >= kTopEntries) [[unlikely]] return 0;
+    if (top >= top_entries_) [[unlikely]] return 0;
     const Leaf* leaf = top_[top].load(std::memory_order_acquire);
     if (leaf == nullptr) return 0;
     return leaf->e[(addr >> shift_) & leaf_mask_].load(std::memory_order_acquire);
   }
-
-  unsigned granule_shift() const noexcept { return shift_; }
 
  private:
   static constexpr std::size_t kTopEntries = std::size_t{1} << (kVaBits - kLeafShift);
@@ -48,8 +51,10 @@ class GranuleTable {
   unsigned shift_;
   std::size_t leaf_entries_;
   std::uintptr_t leaf_mask_;
-  std::atomic<Leaf*>* top_;
-  std::mutex grow_mu_;
+  std::atomic<Leaf*>* top_ = nullptr;
+  std::size_t top_entries_ = 0;  // kTopEntries once top_ is mapped
+  // Rank 90 (lock_rank.h), the last: nothing is taken inside it.
+  RankedMutex grow_mu_{kRankGranules, "alloc.granules"};
 };
 
 }  // namespace tierrt::alloc

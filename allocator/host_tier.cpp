@@ -1,6 +1,9 @@
 #include "allocator/host_tier.h"
 
 #include <algorithm>
+#include <map>
+#include <new>
+#include <vector>
 
 #include "allocator/jemalloc_shim.h"
 #include "driver/driver.h"
@@ -18,7 +21,7 @@ class PinnedPool {
   };
 
   void add_chunk(void* p, std::size_t size) {
-    std::lock_guard<std::mutex> g(mu_);
+    std::lock_guard<RankedMutex> g(mu_);
     const auto b = reinterpret_cast<std::uintptr_t>(p);
     chunks_.emplace(b, size);
     free_.emplace(b, size);
@@ -26,7 +29,7 @@ class PinnedPool {
   }
 
   void* carve(std::size_t size, std::size_t align) {
-    std::lock_guard<std::mutex> g(mu_);
+    std::lock_guard<RankedMutex> g(mu_);
     if (align == 0) align = 1;
     for (auto it = free_.begin(); it != free_.end(); ++it) {
       const std::uintptr_t b = it->first, e = it->first + it->second;
@@ -41,7 +44,7 @@ class PinnedPool {
   }
 
   void give_back(void* p, std::size_t size) {
-    std::lock_guard<std::mutex> g(mu_);
+    std::lock_guard<RankedMutex> g(mu_);
     std::uintptr_t b = reinterpret_cast<std::uintptr_t>(p), e = b + size;
     const Chunk c = chunk_of(b);
     auto next = free_.lower_bound(b);
@@ -60,19 +63,19 @@ class PinnedPool {
   }
 
   bool same_chunk(void* a, void* b) {
-    std::lock_guard<std::mutex> g(mu_);
+    std::lock_guard<RankedMutex> g(mu_);
     const Chunk x = chunk_of(reinterpret_cast<std::uintptr_t>(a));
     const Chunk y = chunk_of(reinterpret_cast<std::uintptr_t>(b));
     return x.base != 0 && x.base == y.base;
   }
 
   std::uint64_t bytes() const {
-    std::lock_guard<std::mutex> g(mu_);
+    std::lock_guard<RankedMutex> g(mu_);
     return bytes_;
   }
 
   std::vector<Chunk> chunks() const {
-    std::lock_guard<std::mutex> g(mu_);
+    std::lock_guard<RankedMutex> g(mu_);
     std::vector<Chunk> v;
     for (auto& [b, s] : chunks_) v.push_back({b, s});
     return v;
@@ -91,7 +94,9 @@ class PinnedPool {
     return {it->first, it->second};
   }
 
-  mutable std::mutex mu_;
+  // Rank 70 (lock_rank.h): jemalloc's extent hooks take it inside
+  // alloc.host_tier; nothing is taken inside it.
+  mutable RankedMutex mu_{kRankPinnedPool, "alloc.pinned_pool"};
   std::map<std::uintptr_t, std::size_t> chunks_;
   std::map<std::uintptr_t, std::size_t> free_;
   std::uint64_t bytes_ = 0;
@@ -132,14 +137,15 @@ void HostTier::give_host_chunk(CUmemGenericAllocationHandle h, std::size_t bytes
 }
 
 void HostTier::configure_pool(std::size_t chunk_bytes, std::uint64_t pool_limit) noexcept {
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<RankedMutex> g(mu_);
   chunk_bytes_ = std::max<std::size_t>(chunk_bytes, 2u << 20);
   pool_limit_ = pool_limit;
 }
 
 void* HostTier::alloc_pinned(std::size_t bytes) noexcept {
-  std::lock_guard<std::mutex> g(mu_);
-  if (pool_ == nullptr) pool_ = new PinnedPool();
+  std::lock_guard<RankedMutex> g(mu_);
+  if (pool_ == nullptr) pool_ = new (std::nothrow) PinnedPool();
+  if (pool_ == nullptr) return nullptr;
   for (int attempt = 0; attempt < 2; ++attempt) {
     if (pool_->arena_ok) {
       if (void* p = tierrt_je_alloc(pool_->arena, bytes)) return p;
@@ -167,12 +173,13 @@ void HostTier::free_pinned(void* p) noexcept {
 }
 
 std::uint64_t HostTier::pinned_pool_bytes() const noexcept {
+  std::lock_guard<RankedMutex> g(mu_);  // pool_ is created by the first alloc_pinned
   return pool_ ? pool_->bytes() : 0;
 }
 
 void HostTier::shutdown() noexcept {
   for (auto& [bytes, h] : spares_.take_all()) (void)TIERRT_CU(cuMemRelease, h);
-  std::lock_guard<std::mutex> g(mu_);
+  std::lock_guard<RankedMutex> g(mu_);
   if (pool_ == nullptr) return;
   if (pool_->arena_ok) tierrt_je_arena_destroy(pool_->arena);
   for (const auto& c : pool_->chunks())

@@ -9,7 +9,8 @@
 #include <mutex>
 
 #include "allocator/chunk_spares.h"
-#include <vector>
+#include "allocator/lock_rank.h"
+#include "allocator/ranked_mutex.h"
 
 namespace tierrt::alloc {
 
@@ -24,8 +25,6 @@ class HostTier {
 
   // remap: where host chunks are created (HOST_NUMA node, or HOST when -1).
   void set_location(CUmemLocationType type, int id) noexcept { loc_type_ = type; loc_id_ = id; }
-  CUmemLocationType location_type() const noexcept { return loc_type_; }
-  int location_id() const noexcept { return loc_id_; }
   // Creates a host physical chunk of `bytes` (a multiple of the granularity).
   CUresult create_host_chunk(std::size_t bytes, CUmemGenericAllocationHandle* out) noexcept;
   // The same from a small pool of unmapped chunks kept for reuse (their
@@ -33,7 +32,6 @@ class HostTier {
   CUresult take_host_chunk(std::size_t bytes, CUmemGenericAllocationHandle* out) noexcept;
   void give_host_chunk(CUmemGenericAllocationHandle h, std::size_t bytes) noexcept;
   void set_spare_limit(std::uint64_t bytes) noexcept { spares_.set_limit(bytes); }
-  std::uint64_t spare_bytes() const noexcept { return spares_.bytes(); }
 
   // copy: a pinned buffer of at least `bytes` from the private arena; grows
   // the pool by whole chunks while it stays within `pool_limit`. Null when
@@ -48,7 +46,9 @@ class HostTier {
  private:
   CUmemLocationType loc_type_ = CU_MEM_LOCATION_TYPE_HOST;
   int loc_id_ = 0;
-  std::mutex mu_;
+  // Rank 60 (lock_rank.h): held while jemalloc carves from the pinned pool
+  // (alloc.pinned_pool) and while the pool grows.
+  mutable RankedMutex mu_{kRankHostTier, "alloc.host_tier"};
   PinnedPool* pool_ = nullptr;
   std::size_t chunk_bytes_ = 64u << 20;
   std::uint64_t pool_limit_ = UINT64_MAX;

@@ -36,8 +36,9 @@ enum class Role : std::uint8_t {
   LayerInput, NormOutput, NormStats, Query, Key, Value, AttentionOutput, SoftmaxStats,
   MlpUp, MlpGate, MlpActivation, MlpProduct, RouterOutput, ExpertInput, ExpertActivation,
   Logits, Temporary,
-  Count_  // not a role: one past the last
 };
+// Roles take the values 0 .. kRoleCount - 1 (a Tag event's sub-field is one of them).
+inline constexpr std::uint8_t kRoleCount = static_cast<std::uint8_t>(Role::Temporary) + 1;
 
 inline constexpr StreamId kAllStreams = 0xffffffffu;
 inline constexpr std::uint32_t kNoLayer = 0xffffffffu;
@@ -75,7 +76,6 @@ struct Event {
 
 using Trace = std::vector<Event>;
 
-const char* to_string(Role role);
 const char* to_string(EventKind kind);
 
 }  // namespace tierrt::policy

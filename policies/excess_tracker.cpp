@@ -23,6 +23,13 @@ ExcessTracker::ExcessTracker(const std::vector<double>& excess)
   if (n_ > 0) Builder{excess, tree_}.build(1, 0, n_);
 }
 
+ExcessTracker ExcessTracker::over_budget(const std::vector<std::uint64_t>& resident, std::uint64_t budget) {
+  std::vector<double> excess(resident.size());
+  for (std::size_t i = 0; i < resident.size(); ++i)
+    excess[i] = static_cast<double>(resident[i]) - static_cast<double>(budget);
+  return ExcessTracker(excess);
+}
+
 void ExcessTracker::add(std::uint32_t node, std::uint32_t lo, std::uint32_t hi, std::uint32_t b, std::uint32_t e,
                         double v) {
   if (e <= lo || hi <= b) return;

@@ -12,6 +12,8 @@ class ExcessTracker {
  public:
   // excess[i] = bytes resident at launch i minus the budget (negative: headroom).
   explicit ExcessTracker(const std::vector<double>& excess);
+  // From the bytes resident at each launch (StepTimeline::resident_profile) and the budget.
+  static ExcessTracker over_budget(const std::vector<std::uint64_t>& resident, std::uint64_t budget);
 
   // Subtract `bytes` over launches [begin, end).
   void relieve(std::uint32_t begin, std::uint32_t end, double bytes);

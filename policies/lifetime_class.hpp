@@ -1,9 +1,7 @@
-// The four lifetime classes the policy engine reasons about (DESIGN.md, Policies).
+// The four lifetime classes the policy engine reasons about (docs/design.md).
 #pragma once
 
 #include <cstdint>
-
-#include "policies/event.hpp"
 
 namespace tierrt::policy {
 
@@ -14,10 +12,7 @@ enum class LifetimeClass : std::uint8_t {
   Workspace,   // scratch that nearly every kernel touches: never idle for long
 };
 
+// The class's name in reports ("persistent", "activation", ...).
 const char* to_string(LifetimeClass c);
-
-// The class a tensor of this role should get; the ground truth tests score the
-// classifier against. Unknown maps to Transient (nothing known worth keeping).
-LifetimeClass expected_class(Role role);
 
 }  // namespace tierrt::policy

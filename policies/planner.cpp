@@ -80,7 +80,6 @@ PlanResult plan_step(const StepTimeline& tl, std::uint64_t budget, LinkModel lin
   if (tl.measured_d2h_bps > 0) link.d2h_bytes_per_s = tl.measured_d2h_bps;
   if (tl.measured_h2d_bps > 0) link.h2d_bytes_per_s = tl.measured_h2d_bps;
   const auto start = ideal_start_times(tl);
-  const auto profile = tl.resident_profile();
 
   std::vector<Candidate> cands;
   for (std::uint32_t b = 0; b < tl.blocks.size(); ++b) {
@@ -97,10 +96,7 @@ PlanResult plan_step(const StepTimeline& tl, std::uint64_t budget, LinkModel lin
     return a.gap.last_before != b.gap.last_before ? a.gap.last_before < b.gap.last_before : a.bytes > b.bytes;
   });
 
-  std::vector<double> excess(profile.size());
-  for (std::size_t i = 0; i < profile.size(); ++i)
-    excess[i] = static_cast<double>(profile[i]) - static_cast<double>(budget);
-  ExcessTracker tracker(excess);
+  ExcessTracker tracker = ExcessTracker::over_budget(tl.resident_profile(), budget);
 
   auto choose_more = [&]() {
     for (int pass = 0; pass < 2; ++pass) {  // blocks whose round trip hides first

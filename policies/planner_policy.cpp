@@ -9,10 +9,10 @@ namespace {
 constexpr std::size_t kMaxAlternatives = 4;
 }
 
-std::vector<StepPlan> PlannerPolicy::plan_step(const StepContext& ctx) {
-  if (ctx.budget != last_budget_)
+std::vector<StepPlan> PlannerPolicy::plan_step(std::uint64_t budget, const LinkModel& link) {
+  if (budget != last_budget_)
     for (auto& [sig, s] : shapes_) s.stale = true;
-  last_budget_ = ctx.budget;
+  last_budget_ = budget;
   std::vector<Shape*> recent;
   for (auto& [sig, s] : shapes_) recent.push_back(&s);
   // The shape seen most often first (a training step, not the odd eval step), then
@@ -24,7 +24,7 @@ std::vector<StepPlan> PlannerPolicy::plan_step(const StepContext& ctx) {
   std::vector<StepPlan> out;
   for (Shape* s : recent) {
     if (s->stale) {
-      s->plan = policy::plan_step(s->timeline, ctx.budget, ctx.link, s->leads, options_).plan;
+      s->plan = policy::plan_step(s->timeline, budget, link, s->leads, options_).plan;
       s->stale = false;
     }
     out.push_back(s->plan);

@@ -5,27 +5,30 @@
 #pragma once
 
 #include <cstdint>
-#include <string_view>
 #include <unordered_map>
 #include <vector>
 
+#include "policies/link_model.hpp"
 #include "policies/planner.hpp"
-#include "policies/policy.hpp"
+#include "policies/step_simulator.hpp"
+#include "policies/step_timeline.hpp"
+#include "policies/trigger_table.hpp"
 
 namespace tierrt::policy {
 
-class PlannerPolicy final : public Policy {
+class PlannerPolicy {
  public:
   explicit PlannerPolicy(PlannerOptions options = {}) : options_(options) {}
 
-  std::string_view name() const override { return "tierrt"; }
-  std::vector<StepPlan> plan_step(const StepContext& ctx) override;
-  void observe(const StepTimeline& observed, const SimResult& outcome) override;
+  // Alternatives for the coming step, most likely first (none before anything was
+  // observed); the follower keeps the first one the step still matches.
+  std::vector<StepPlan> plan_step(std::uint64_t budget, const LinkModel& link);
+  // After each step: its observed (classified) timeline and what happened in it.
+  void observe(const StepTimeline& observed, const SimResult& outcome);
 
   // Mispredictions: blocks the plan spilled that were fetched on demand.
   std::uint64_t mispredictions() const { return mispredictions_; }
   std::uint64_t late_prefetches() const { return late_prefetches_; }
-  std::size_t shapes_known() const { return shapes_.size(); }
   // The extra lead the feedback gave `ordinal`'s prefetch in the shape observed last.
   double lead_ns(std::uint32_t ordinal) const;
   // What the planner believes of the shape observed last (null before any).

@@ -124,22 +124,15 @@ void PolicyEngine::try_detect_steps() {
     if (&s == &current) break;
     for (; pos < s.begin_event; ++pos) track_live(live, events_[pos]);
     if (s.prologue) continue;
-    const std::span<const Event> ev(events_.data() + s.begin_event, s.end_event - s.begin_event);
-    StepTimeline tl = build_timeline(ev, live);
+    StepTimeline tl = span_timeline(events_, d, s, live);
     pos = s.end_event;
-    tl.tokens = d.token_hashes(s);
-    std::vector<std::uint32_t> at;
-    for (std::size_t t = s.begin_token; t < s.end_token; ++t)
-      at.push_back(d.tokens[t].event - static_cast<std::uint32_t>(s.begin_event));
-    tl.token_op = launches_before(ev, at);
-    tl.signature = s.signature;
     classify(tl);
     SimResult nothing;  // learned after the fact: no plan was followed, nothing measured
     nothing.late_ns.assign(tl.blocks.size(), 0);
     nothing.demanded.assign(tl.blocks.size(), 0);
     planner_.observe(tl, nothing);
     ++steps_completed_;
-    if (s.shape == d.dominant_shape) reference_ = tl.tokens, step_events_ = ev.size();
+    if (s.shape == d.dominant_shape) reference_ = tl.tokens, step_events_ = s.end_event - s.begin_event;
   }
   for (; pos < current.begin_event; ++pos) track_live(live, events_[pos]);
   live_at_step_begin_ = std::move(live);
@@ -210,14 +203,8 @@ void PolicyEngine::begin_step() {
   plans_.clear();
   candidates_.clear();
   if (steps_completed_ == 0) return;
-  StepContext ctx{steps_completed_, options_.budget, options_.link, nullptr};
-  plans_ = planner_.plan_step(ctx);
+  plans_ = planner_.plan_step(options_.budget, options_.link);
   for (std::size_t i = 0; i < plans_.size(); ++i) candidates_.push_back(i);
-}
-
-std::span<const Trigger> PolicyEngine::triggers_for_next_launch() const {
-  if (candidates_.empty()) return {};
-  return plans_[candidates_.front()].triggers.at(launches_);
 }
 
 std::span<const Trigger> PolicyEngine::triggers_ahead(std::uint32_t ahead) const {
@@ -245,13 +232,6 @@ std::size_t PolicyEngine::set_launch_durations(LaunchSeq from, LaunchSeq to, std
     if (it->a < to) it->b = ns, ++n;
   }
   return n;
-}
-
-std::uint64_t PolicyEngine::step_launch_ns() const {
-  std::uint64_t sum = 0;
-  for (const Event& e : events_)
-    if (e.kind == EventKind::Launch) sum += e.b;
-  return sum;
 }
 
 void PolicyEngine::report_late(std::uint32_t ordinal, double late_ns) { late_.emplace_back(ordinal, late_ns); }

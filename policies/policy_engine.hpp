@@ -1,8 +1,8 @@
 // The policy engine as the runtime drives it: every event goes in through record();
-// the launch path asks triggers_for_next_launch() and gets a precomputed slice of
-// the trigger table (O(1), no planning); the mover reports late and demanded
-// fetches. Learning and planning happen when a step ends (at a Step marker, or
-// where the learned step's token sequence completes), never inside a launch.
+// the launch path asks triggers_ahead() and gets a precomputed slice of the trigger
+// table (O(1), no planning); the mover reports late and demanded fetches. Learning
+// and planning happen when a step ends (at a Step marker, or where the learned
+// step's token sequence completes), never inside a launch.
 //
 // Until a step has been learned, and in any step that deviates from every learned
 // one, the engine hands out no triggers: the runtime's safe reactive path (spill
@@ -42,11 +42,10 @@ class PolicyEngine {
 
   void record(const Event& e);
 
-  // Triggers for the launch about to be issued in the current step (its index is
-  // the number of launches recorded since the step began).
-  std::span<const Trigger> triggers_for_next_launch() const;
-  // Triggers for the launch `ahead` launches after the next one (0: the next one),
-  // for a caller that learns of launches after they were issued.
+  // Triggers for the launch `ahead` launches after the next one to be issued in the
+  // current step (0: the next one, whose index is the number of launches recorded
+  // since the step began); a caller that learns of launches after they were issued
+  // looks further ahead.
   std::span<const Trigger> triggers_ahead(std::uint32_t ahead) const;
   // The block a trigger names: the one allocated `ordinal`-th in the current step.
   std::optional<BlockId> block_of(std::uint32_t ordinal) const;
@@ -62,14 +61,9 @@ class PolicyEngine {
   // launches of the current step with sequence numbers in [from, to) take `ns`
   // each. Returns how many were found.
   std::size_t set_launch_durations(LaunchSeq from, LaunchSeq to, std::uint64_t ns);
-  // The current step's launch time so far, as recorded.
-  std::uint64_t step_launch_ns() const;
-
-  void set_budget(std::uint64_t budget) { options_.budget = budget; }
 
   bool following_plan() const { return !candidates_.empty(); }
   std::size_t steps_completed() const { return steps_completed_; }
-  std::uint32_t launch_index() const { return launches_; }
   const PlannerPolicy& planner() const { return planner_; }
 
  private:

@@ -33,8 +33,6 @@ struct Period {
   std::size_t anchor = 0;  // a token index where a step starts
 };
 
-std::int64_t live_before(const std::vector<Token>& t, std::size_t i) { return t[i].live_before; }
-
 // The period of tokens [lo, hi): the repeat distance whose matching runs, each at
 // least one period long and leaving live bytes unchanged, cover the most tokens.
 std::optional<Period> find_period(const std::vector<Token>& t, std::size_t lo, std::size_t hi,
@@ -65,7 +63,7 @@ std::optional<Period> find_period(const std::vector<Token>& t, std::size_t lo, s
     std::size_t cover = 0, first_run = hi;
     std::size_t run_start = lo, run = 0;
     auto close_run = [&](std::size_t end) {
-      if (run >= d && t[run_start + d - 1].live_after == live_before(t, run_start)) {
+      if (run >= d && t[run_start + d - 1].live_after == t[run_start].live_before) {
         cover += run;
         if (first_run == hi) first_run = run_start;
       }

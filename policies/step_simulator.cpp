@@ -25,7 +25,8 @@ struct BlockState {
   double wait_since = 0;
 };
 
-struct Engine {
+// One direction's copy engine: FIFO, urgent (demanded) jobs first, one copy at a time.
+struct CopyEngine {
   std::deque<std::uint32_t> urgent, normal;
   bool busy = false;
   double end = 0;
@@ -418,7 +419,7 @@ class Model {
   std::vector<bool> op_done_;
   std::vector<VictimCandidate> candidates_;
   std::vector<std::uint32_t> chosen_;
-  Engine d2h_, h2d_;
+  CopyEngine d2h_, h2d_;
   std::uint64_t dev_ = 0;
   std::uint32_t pending_op_ = kNone;  // the launch the compute stream is waiting to start
   double now_ = 0;

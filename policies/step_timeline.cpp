@@ -167,25 +167,17 @@ std::vector<std::uint64_t> StepTimeline::resident_profile() const {
   return out;
 }
 
-std::vector<StepTimeline> build_timelines(const Trace& trace, const StepDetection& steps) {
-  std::vector<StepTimeline> out;
-  LiveBlocks live;
-  std::size_t pos = 0;
-  for (const auto& span : steps.spans) {
-    for (; pos < span.begin_event; ++pos) track_live(live, trace[pos]);
-    if (span.prologue) continue;
-    const std::span<const Event> events(trace.data() + span.begin_event, span.end_event - span.begin_event);
-    StepTimeline tl = build_timeline(events, live);
-    pos = span.end_event;
-    tl.tokens = steps.token_hashes(span);
-    std::vector<std::uint32_t> at;
-    for (std::size_t t = span.begin_token; t < span.end_token; ++t)
-      at.push_back(static_cast<std::uint32_t>(steps.tokens[t].event - span.begin_event));
-    tl.token_op = launches_before(events, at);
-    tl.signature = span.signature;
-    out.push_back(std::move(tl));
-  }
-  return out;
+StepTimeline span_timeline(std::span<const Event> events, const StepDetection& steps, const StepSpan& span,
+                           LiveBlocks& live) {
+  const std::span<const Event> own = events.subspan(span.begin_event, span.end_event - span.begin_event);
+  StepTimeline tl = build_timeline(own, live);
+  tl.tokens = steps.token_hashes(span);
+  std::vector<std::uint32_t> at;
+  for (std::size_t t = span.begin_token; t < span.end_token; ++t)
+    at.push_back(static_cast<std::uint32_t>(steps.tokens[t].event - span.begin_event));
+  tl.token_op = launches_before(own, at);
+  tl.signature = span.signature;
+  return tl;
 }
 
 }  // namespace tierrt::policy

@@ -46,7 +46,7 @@ struct StepTimeline {
   std::vector<std::uint32_t> op_uses;     // block indices, grouped per op
   std::vector<std::uint32_t> block_uses;  // op indices, grouped per block
   std::vector<std::uint32_t> by_ordinal;  // ordinal -> block index
-  std::vector<std::uint64_t> tokens;      // what a StepFollower checks the next step against
+  std::vector<std::uint64_t> tokens;      // what a plan made from this step checks the next one against
   std::vector<std::uint32_t> token_op;    // per token: launches issued before it
   std::uint64_t signature = 0;
   std::vector<std::uint32_t> backward_begins;  // first launch after each Phase(Backward) marker
@@ -83,7 +83,10 @@ StepTimeline build_timeline(std::span<const Event> events, LiveBlocks& live);
 // For each token (by the index of its event within `events`), the launches before it.
 std::vector<std::uint32_t> launches_before(std::span<const Event> events, std::span<const std::uint32_t> token_events);
 
-// One timeline per non-prologue span of `steps`, in order.
-std::vector<StepTimeline> build_timelines(const Trace& trace, const StepDetection& steps);
+// The timeline of one step the detector found in `events`, with the step's tokens,
+// where each token falls among its launches, and its signature. `live` as for
+// build_timeline: what was live when the step began, then what is live after it.
+StepTimeline span_timeline(std::span<const Event> events, const StepDetection& steps, const StepSpan& span,
+                           LiveBlocks& live);
 
 }  // namespace tierrt::policy

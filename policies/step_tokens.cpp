@@ -72,16 +72,6 @@ std::vector<Token> tokenize(const Trace& trace) {
   return out;
 }
 
-bool StepFollower::advance(std::uint64_t token) {
-  if (!on_track_) return false;
-  if (matched_ < expected_.size() && expected_[matched_] == token) {
-    ++matched_;
-    return true;
-  }
-  on_track_ = false;
-  return false;
-}
-
 std::size_t common_prefix(const std::vector<std::uint64_t>& a, const std::vector<std::uint64_t>& b) {
   std::size_t n = 0;
   while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;

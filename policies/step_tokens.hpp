@@ -26,7 +26,6 @@ class Tokenizer {
  public:
   void feed(const Event& e, std::uint32_t index, std::vector<Token>& out);
   void finish(std::vector<Token>& out);
-  std::int64_t live_bytes() const { return live_; }
   // The events before `by` were dropped: a launch still open is `by` earlier.
   void rebase(std::uint32_t by) {
     if (launch_open_) launch_event_ -= by;
@@ -46,23 +45,9 @@ class Tokenizer {
 
 std::vector<Token> tokenize(const Trace& trace);
 
-// Follows a step against the token sequence of a learned step; the first token that
-// differs marks the step as deviating, and from then on the plan must not be used.
-class StepFollower {
- public:
-  StepFollower() = default;
-  explicit StepFollower(std::vector<std::uint64_t> expected) : expected_(std::move(expected)) {}
-  bool advance(std::uint64_t token);
-  bool on_track() const { return on_track_; }
-  std::size_t matched() const { return matched_; }
-
- private:
-  std::vector<std::uint64_t> expected_;
-  std::size_t matched_ = 0;
-  bool on_track_ = true;
-};
-
-// Length of the common prefix of two token sequences: where a follower would stop.
+// Length of the common prefix of two token sequences: a step followed against the
+// token sequence of a learned step deviates at the first token that differs, and
+// from then on the plan must not be used.
 std::size_t common_prefix(const std::vector<std::uint64_t>& a, const std::vector<std::uint64_t>& b);
 
 }  // namespace tierrt::policy

@@ -31,7 +31,6 @@ class TriggerTable {
   std::span<const Trigger> at(std::uint32_t op) const;
   const std::vector<Trigger>& all() const { return triggers_; }
   std::uint32_t op_count() const { return static_cast<std::uint32_t>(first_.empty() ? 0 : first_.size() - 1); }
-  bool empty() const { return triggers_.empty(); }
 
  private:
   std::vector<Trigger> triggers_;     // sorted by op

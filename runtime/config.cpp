@@ -20,24 +20,28 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(b, e - b));
 }
 
-std::string lower(std::string_view s) {
-  std::string r(s);
-  for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return r;
-}
-
 void set_error(std::string* error, std::string_view variable, std::string_view value,
                std::string_view accepted) {
-  if (error == nullptr) return;
-  *error = "tierrt: ";
-  *error += variable;
-  *error += "=\"";
-  *error += value;
-  *error += "\" is not accepted; expected ";
-  *error += accepted;
+  if (error != nullptr) *error = refusal(variable, value, accepted);
 }
 
 }  // namespace
+
+std::string refusal(std::string_view variable, std::string_view value, std::string_view accepted) {
+  std::string r = "tierrt: ";
+  r += variable;
+  r += "=\"";
+  r += value;
+  r += "\" is not accepted; expected ";
+  r += accepted;
+  return r;
+}
+
+std::string normalized(std::string_view value) {
+  std::string r = trim(value);
+  for (char& c : r) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return r;
+}
 
 std::uint64_t ByteSize::resolve(std::uint64_t whole) const noexcept {
   if (!relative) return bytes;
@@ -65,7 +69,7 @@ std::optional<ByteSize> parse_byte_size(std::string_view variable,
     return std::nullopt;
   }
   const std::string num = s.substr(0, i);
-  std::string unit = lower(trim(std::string_view(s).substr(i)));
+  const std::string unit = normalized(std::string_view(s).substr(i));
   const long double x = std::strtold(num.c_str(), nullptr);
 
   if (unit == "%") {
@@ -100,45 +104,17 @@ std::optional<ByteSize> parse_byte_size(std::string_view variable,
 std::optional<int> parse_choice(std::string_view variable, std::string_view value,
                                 std::initializer_list<std::string_view> choices,
                                 std::string* error) {
-  const std::string v = lower(trim(value));
+  const std::string v = normalized(value);
   int k = 0;
   std::string accepted = "one of ";
   for (std::string_view c : choices) {
-    if (v == lower(c)) return k;
+    if (v == normalized(c)) return k;
     if (k) accepted += ", ";
     accepted += c;
     ++k;
   }
   set_error(error, variable, value, accepted);
   return std::nullopt;
-}
-
-bool read_allocator_config(AllocatorConfig* out, std::string* error,
-                           GetenvFn getenv_fn) {
-  if (getenv_fn == nullptr) getenv_fn = [](const char* n) -> const char* { return std::getenv(n); };
-  AllocatorConfig c;
-  if (const char* v = getenv_fn("TIERRT_DEVICE_BUDGET"); v && *v) {
-    auto b = parse_byte_size("TIERRT_DEVICE_BUDGET", v, true, error);
-    if (!b) return false;
-    c.device_budget = b;
-  }
-  if (const char* v = getenv_fn("TIERRT_HOST_BUDGET"); v && *v) {
-    auto b = parse_byte_size("TIERRT_HOST_BUDGET", v, true, error);
-    if (!b) return false;
-    c.host_budget = b;
-  }
-  if (const char* v = getenv_fn("TIERRT_MIN_BYTES"); v && *v) {
-    auto b = parse_byte_size("TIERRT_MIN_BYTES", v, false, error);
-    if (!b) return false;
-    c.min_bytes = b->bytes;
-  }
-  if (const char* v = getenv_fn("TIERRT_SPILL_MODE"); v && *v) {
-    auto k = parse_choice("TIERRT_SPILL_MODE", v, {"auto", "remap", "copy"}, error);
-    if (!k) return false;
-    c.spill_mode = static_cast<alloc::SpillMode>(*k);
-  }
-  *out = c;
-  return true;
 }
 
 }  // namespace tierrt::config

@@ -1,14 +1,14 @@
-// Configuration from the environment: a small parser for byte sizes and
-// choices, meant to grow with the variables later parts of tierrt read.
-// Every error is one line naming the variable, the value and what is accepted.
+// Parsing of configuration values: byte sizes and choices, on their own so
+// that tools check a value the way the runtime will (runtime/settings.h
+// holds the variables). Every error is one line naming the variable, the
+// value and what is accepted.
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
-
-#include "allocator/spill_mode.h"
 
 namespace tierrt::config {
 
@@ -36,18 +36,14 @@ std::optional<int> parse_choice(std::string_view variable, std::string_view valu
                                 std::initializer_list<std::string_view> choices,
                                 std::string* error);
 
-// The variables the allocator reads.
-struct AllocatorConfig {
-  std::optional<ByteSize> device_budget;  // TIERRT_DEVICE_BUDGET (bytes or %)
-  std::optional<ByteSize> host_budget;    // TIERRT_HOST_BUDGET (bytes or %)
-  std::uint64_t min_bytes = 1ull << 20;   // TIERRT_MIN_BYTES (bytes)
-  alloc::SpillMode spill_mode = alloc::SpillMode::Auto;  // TIERRT_SPILL_MODE (auto|remap|copy)
-};
+// The one-line refusal of a bad value: the variable, the value and what is
+// accepted ("tierrt: V="x" is not accepted; expected ...").
+std::string refusal(std::string_view variable, std::string_view value, std::string_view accepted);
 
-// Reads the allocator's variables through `getenv_fn` (std::getenv by
-// default). Returns false and sets *error on the first bad value.
+// A value as choices are compared: without surrounding blanks, lower-case.
+std::string normalized(std::string_view value);
+
+// Reads a variable: std::getenv, or a stand-in in tests.
 using GetenvFn = const char* (*)(const char*);
-bool read_allocator_config(AllocatorConfig* out, std::string* error,
-                           GetenvFn getenv_fn = nullptr);
 
 }  // namespace tierrt::config

@@ -46,18 +46,12 @@ bool read_once() noexcept {
   return !g_off;
 }
 
-alloc::Options allocator_options(const Settings& s, std::uint64_t device_total) {
+alloc::Options allocator_options(const ResolvedSettings& r) {
   alloc::Options o;
-  const auto& a = s.allocator;
-  if (a.device_budget) o.device_budget = a.device_budget->resolve(device_total);
-  if (a.host_budget) o.host_budget = a.host_budget->resolve(physical_ram());
-  o.min_bytes = a.min_bytes;
-  o.mode = a.spill_mode;
-  if (s.mode == Mode::kObserve) {
-    // Observe: track and count, never move. A host budget of one byte makes
-    // every spill refuse as "host full", the allocator's own stop signal.
-    o.host_budget = 1;
-  }
+  o.device_budget = r.device_budget;
+  o.host_budget = r.host_budget;
+  o.min_bytes = r.min_bytes;
+  o.mode = r.spill_mode;
   return o;
 }
 
@@ -72,10 +66,10 @@ CUresult current_device(CUcontext* ctx, CUdevice* dev, size_t* total) noexcept {
 }  // namespace
 
 Engine::Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext ctx, CUmemoryPool default_pool)
-    : settings_(s), alloc_(std::move(a)), ctx_(ctx), default_pool_(default_pool), user_pins_(*alloc_) {
+    : settings_(s), alloc_(std::move(a)), ctx_(ctx), default_pool_(default_pool) {
   if (!s.record.empty() || !s.trace.empty()) recorder_ = std::make_unique<Recorder>(s.record, s.trace);
-  if (s.mode == Mode::kTier && s.policy == "planner")
-    policy_ = std::make_unique<PolicyThread>(*alloc_, ctx, alloc_->stats().device_budget, recorder_.get());
+  if (s.mode == Mode::kTier && s.policy == Policy::Planner)
+    policy_ = std::make_unique<PolicyThread>(*alloc_, ctx, alloc_->stats().device_budget, s.link, recorder_.get());
   feedback_ = std::make_unique<MoveFeedback>(recorder_.get(), policy_.get());
   alloc_->set_observer(feedback_.get());
 }
@@ -97,7 +91,8 @@ std::unique_ptr<Engine> Engine::create(const Settings& s, CUresult* err) noexcep
   CUmemoryPool pool = nullptr;
   if (TIERRT_CU(cuDeviceGetDefaultMemPool, &pool, dev) != CUDA_SUCCESS) pool = nullptr;
   try {
-    std::unique_ptr<alloc::Allocator> a = alloc::Allocator::create(allocator_options(s, total), err);
+    const alloc::Options options = allocator_options(resolve(s, {total, physical_ram()}));
+    std::unique_ptr<alloc::Allocator> a = alloc::Allocator::create(options, err);
     if (!a) return nullptr;
     const alloc::Stats st = a->stats();
     TIERRT_LOG(kInfo, "started on device %d: mode %s, spill %s, device budget %llu MiB, host budget %llu MiB", dev,
@@ -221,7 +216,6 @@ bool Engine::free_tracked(CUdeviceptr ptr, CUstream stream, CUresult* result) no
   if (!alloc_->owns(ptr)) return false;
   alloc::Block* b = alloc_->lookup(ptr);
   const size_t size = b && b->va == ptr ? b->size : 0;
-  if (size) user_pins_.drop(b);
   *result = alloc_->free(ptr, stream);
   if (*result == CUDA_SUCCESS && size) {
     add_live(-static_cast<std::int64_t>(size));
@@ -233,15 +227,15 @@ bool Engine::free_tracked(CUdeviceptr ptr, CUstream stream, CUresult* result) no
 
 bool Engine::advise(CUdeviceptr ptr, tierrt_advice advice) noexcept {
   alloc::Block* b = alloc_->lookup(ptr);
-  if (!b) return false;
+  if (!b || b->st() == alloc::State::Freed) return false;
   switch (advice) {
     case TIERRT_ADVISE_SPILL: {
       const alloc::SpillResult r = alloc_->spill(b);
       return r == alloc::SpillResult::Started || r == alloc::SpillResult::AlreadyMoving;
     }
     case TIERRT_ADVISE_PREFETCH: return alloc_->prefetch(b, nullptr) == CUDA_SUCCESS;
-    case TIERRT_ADVISE_PIN: return user_pins_.pin(b) == CUDA_SUCCESS;
-    case TIERRT_ADVISE_UNPIN: return user_pins_.unpin(b);
+    case TIERRT_ADVISE_PIN: return alloc_->pin(b, CU_STREAM_LEGACY) == CUDA_SUCCESS;
+    case TIERRT_ADVISE_UNPIN: return alloc_->unpin(b);
   }
   return false;
 }

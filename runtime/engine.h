@@ -31,7 +31,6 @@
 #include "runtime/recorder.h"
 #include "runtime/settings.h"
 #include "runtime/stream_ids.h"
-#include "runtime/user_pins.h"
 
 namespace tierrt {
 
@@ -114,8 +113,9 @@ class Engine {
   void begin_capture(CUstream s, CUstreamCaptureMode mode) noexcept { captures_.begin(s, mode); }
   void end_capture(CUstream s) noexcept { captures_.end(s); }
 
-  // tierrt_advise: false when `ptr` is not in a tracked block or the advice
-  // could not be followed. UNPIN releases only a pin PIN took.
+  // tierrt_advise: false when `ptr` is not in a live tracked block or the
+  // advice could not be followed. UNPIN releases only a pin PIN took (the
+  // allocator counts them apart from the pins of launches being enqueued).
   bool advise(CUdeviceptr ptr, tierrt_advice advice) noexcept;
 
   // cuPointerGetAttribute(s): tierrt answers for its blocks what the driver
@@ -202,7 +202,6 @@ class Engine {
   ParamLayouts layouts_;
   CaptureTracker captures_;
   StreamIds streams_;
-  UserPins user_pins_;
   std::unique_ptr<Recorder> recorder_;      // null unless TIERRT_RECORD or TIERRT_TRACE
   std::unique_ptr<MoveFeedback> feedback_;  // the allocator's observer
   std::unique_ptr<PolicyThread> policy_;    // null unless TIERRT_POLICY=planner

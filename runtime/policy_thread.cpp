@@ -12,12 +12,13 @@
 
 namespace tierrt {
 
-PolicyThread::PolicyThread(alloc::Allocator& allocator, CUcontext ctx, std::uint64_t budget, Recorder* recorder)
+PolicyThread::PolicyThread(alloc::Allocator& allocator, CUcontext ctx, std::uint64_t budget,
+                           const policy::LinkModel& link, Recorder* recorder)
     : allocator_(allocator), recorder_(recorder), ctx_(ctx), ring_(new Slot[kSlots]) {
   for (std::uint64_t i = 0; i < kSlots; ++i) ring_[i].turn.store(i, std::memory_order_relaxed);
   policy::PolicyEngine::Options o;
   o.budget = budget;
-  o.link = policy::parse_link("pcie5");
+  o.link = link;
   policy_ = std::make_unique<policy::PolicyEngine>(o);
   thread_ = std::thread([this] { run(); });
 }

@@ -37,14 +37,16 @@ namespace tierrt {
 
 namespace policy {
 class PolicyEngine;
+struct LinkModel;
 }
 class Recorder;
 
 class PolicyThread {
  public:
-  // Starts the thread with `ctx` current.
+  // Starts the thread with `ctx` current, planning for `link` (TIERRT_LINK).
   // `recorder` (may be null) also gets the launch durations the device clock measures.
-  PolicyThread(alloc::Allocator& allocator, CUcontext ctx, std::uint64_t budget, Recorder* recorder);
+  PolicyThread(alloc::Allocator& allocator, CUcontext ctx, std::uint64_t budget, const policy::LinkModel& link,
+               Recorder* recorder);
   ~PolicyThread();
   // Ends the thread once it is idle; posts after it are kept, never read.
   void stop() noexcept;

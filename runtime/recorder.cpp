@@ -4,7 +4,7 @@
 
 #include <cstdio>
 
-#include "policies/trace_file.hpp"
+#include "policies/trace/trace_file.hpp"
 #include "runtime/host_clock.h"
 #include "runtime/log.h"
 

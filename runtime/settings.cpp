@@ -1,6 +1,9 @@
 #include "runtime/settings.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <stdexcept>
+#include <string_view>
 
 namespace tierrt {
 
@@ -18,13 +21,27 @@ bool parse_flag(const char* variable, const char* value, bool* out, std::string*
   return true;
 }
 
-// "1" or "-" means the summary goes to stderr; "0"/"off" turns it off.
-bool parse_output(const char* value, std::string* out) {
-  std::string v = value;
-  if (v == "0" || v == "off" || v == "false" || v == "no") out->clear();
-  else if (v == "1" || v == "on" || v == "true" || v == "yes" || v == "-" || v == "stderr") *out = "-";
-  else *out = v;
-  return true;
+// Where a report goes: "" (off) for "0"/"off", "-" (stderr) for "1"/"-",
+// else a file. A new string, not a literal assigned to one: GCC 12 at -O3
+// reports a false -Wrestrict on `str = "-"` (GCC bug 105329).
+std::string output_destination(std::string_view v) {
+  for (std::string_view off : {"0", "off", "false", "no"})
+    if (v == off) return {};
+  for (std::string_view err : {"1", "on", "true", "yes", "-", "stderr"})
+    if (v == err) return std::string("-");
+  return std::string(v);
+}
+
+bool parse_link(const char* value, policy::LinkModel* out, std::string* error) {
+  try {
+    *out = policy::parse_link(config::normalized(value));
+    return true;
+  } catch (const std::invalid_argument&) {
+    if (error != nullptr)
+      *error = config::refusal("TIERRT_LINK", value,
+                               "pcie5, c2c, or H2D,D2H in GB/s (host-to-device, device-to-host, e.g. 100,80)");
+    return false;
+  }
 }
 
 }  // namespace
@@ -37,16 +54,37 @@ bool read_settings(Settings* out, std::string* error, config::GetenvFn getenv_fn
     if (!k) return false;
     s.mode = static_cast<Mode>(*k);
   }
-  if (!config::read_allocator_config(&s.allocator, error, getenv_fn)) return false;
-  if (const char* v = value_of(getenv_fn, "TIERRT_POLICY")) {
-    auto k = config::parse_choice("TIERRT_POLICY", v, {"reactive", "planner"}, error);
+  if (const char* v = value_of(getenv_fn, "TIERRT_DEVICE_BUDGET")) {
+    s.device_budget = config::parse_byte_size("TIERRT_DEVICE_BUDGET", v, true, error);
+    if (!s.device_budget) return false;
+  }
+  if (const char* v = value_of(getenv_fn, "TIERRT_HOST_BUDGET")) {
+    s.host_budget = config::parse_byte_size("TIERRT_HOST_BUDGET", v, true, error);
+    if (!s.host_budget) return false;
+  }
+  if (const char* v = value_of(getenv_fn, "TIERRT_MIN_BYTES")) {
+    auto b = config::parse_byte_size("TIERRT_MIN_BYTES", v, false, error);
+    if (!b) return false;
+    s.min_bytes = b->bytes;
+  }
+  if (const char* v = value_of(getenv_fn, "TIERRT_SPILL_MODE")) {
+    auto k = config::parse_choice("TIERRT_SPILL_MODE", v, {"auto", "remap", "copy"}, error);
     if (!k) return false;
-    s.policy = *k == 0 ? "reactive" : "planner";
+    constexpr alloc::SpillMode kModes[] = {alloc::SpillMode::Auto, alloc::SpillMode::Remap, alloc::SpillMode::Copy};
+    s.spill_mode = kModes[*k];
+  }
+  if (const char* v = value_of(getenv_fn, "TIERRT_POLICY")) {
+    auto k = config::parse_choice("TIERRT_POLICY", v, {"planner", "reactive"}, error);
+    if (!k) return false;
+    s.policy = *k == 0 ? Policy::Planner : Policy::Reactive;
+  }
+  if (const char* v = value_of(getenv_fn, "TIERRT_LINK")) {
+    if (!parse_link(v, &s.link, error)) return false;
   }
   if (const char* v = value_of(getenv_fn, "TIERRT_VIRTUAL_MEMINFO")) {
     if (!parse_flag("TIERRT_VIRTUAL_MEMINFO", v, &s.virtual_meminfo, error)) return false;
   }
-  if (const char* v = value_of(getenv_fn, "TIERRT_STATS")) parse_output(v, &s.stats);
+  if (const char* v = value_of(getenv_fn, "TIERRT_STATS")) s.stats = output_destination(v);
   if (const char* v = value_of(getenv_fn, "TIERRT_TRACE")) s.trace = v;
   if (const char* v = value_of(getenv_fn, "TIERRT_RECORD")) s.record = v;
   if (const char* v = value_of(getenv_fn, "TIERRT_LOG")) {
@@ -57,6 +95,19 @@ bool read_settings(Settings* out, std::string* error, config::GetenvFn getenv_fn
   if (const char* v = value_of(getenv_fn, "TIERRT_LOG_FILE")) s.log_file = v;
   *out = std::move(s);
   return true;
+}
+
+ResolvedSettings resolve(const Settings& s, const MachineFacts& machine) noexcept {
+  constexpr std::uint64_t kMaxDeviceReserve = 512ull << 20;
+  ResolvedSettings r;
+  r.device_budget = s.device_budget
+                        ? s.device_budget->resolve(machine.device_total)
+                        : machine.device_total - std::min(kMaxDeviceReserve, machine.device_total / 16);
+  r.host_budget = s.host_budget ? s.host_budget->resolve(machine.physical_ram) : machine.physical_ram / 2;
+  r.min_bytes = s.min_bytes;
+  r.spill_mode = s.spill_mode;
+  if (s.mode == Mode::kObserve) r.host_budget = 1;
+  return r;
 }
 
 }  // namespace tierrt

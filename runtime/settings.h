@@ -1,11 +1,14 @@
-// Every TIERRT_* variable, read in one place. A bad value yields one line
-// (variable, value, what is accepted) and tierrt runs the process with
-// tiering off; the job itself still runs.
+// Every TIERRT_* variable, read in one place, and every default resolved in
+// one place. A bad value yields one line (variable, value, what is accepted)
+// and tierrt runs the process with tiering off; the job itself still runs.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
+#include "allocator/spill_mode.h"
+#include "policies/link_model.hpp"
 #include "runtime/config.h"
 
 namespace tierrt {
@@ -13,22 +16,30 @@ namespace tierrt {
 enum class Mode { kOff, kObserve, kTier };
 enum class LogLevel { kOff, kError, kWarn, kInfo, kDebug };
 
+// What decides spills: the planner learns the step and plans ahead; reactive
+// spills the coldest idle blocks when over budget and fetches on demand.
+enum class Policy : std::uint8_t { Planner, Reactive };
+
 struct Settings {
-  Mode mode = Mode::kTier;                   // TIERRT_MODE: off | observe | tier
-  config::AllocatorConfig allocator;         // TIERRT_DEVICE_BUDGET, _HOST_BUDGET, _MIN_BYTES, _SPILL_MODE
-  std::string policy = "planner";            // TIERRT_POLICY
-  bool virtual_meminfo = false;              // TIERRT_VIRTUAL_MEMINFO: 0 | 1
-  std::string stats;                         // TIERRT_STATS: "" off, "-" stderr, else a file
-  std::string trace;                         // TIERRT_TRACE: Chrome trace JSON file
-  std::string record;                        // TIERRT_RECORD: event-stream file (trace format)
-  LogLevel log_level = LogLevel::kWarn;      // TIERRT_LOG
-  std::string log_file;                      // TIERRT_LOG_FILE ("" is stderr)
+  Mode mode = Mode::kTier;                               // TIERRT_MODE: off | observe | tier
+  std::optional<config::ByteSize> device_budget;         // TIERRT_DEVICE_BUDGET (bytes or % of the device)
+  std::optional<config::ByteSize> host_budget;           // TIERRT_HOST_BUDGET (bytes or % of RAM)
+  std::uint64_t min_bytes = 1ull << 20;                  // TIERRT_MIN_BYTES (bytes)
+  alloc::SpillMode spill_mode = alloc::SpillMode::Auto;  // TIERRT_SPILL_MODE: auto | remap | copy
+  Policy policy = Policy::Planner;                       // TIERRT_POLICY: planner | reactive
+  tierrt::policy::LinkModel link = tierrt::policy::parse_link("pcie5");  // TIERRT_LINK
+  bool virtual_meminfo = false;                          // TIERRT_VIRTUAL_MEMINFO: 0 | 1
+  std::string stats;                                     // TIERRT_STATS: "" off, "-" stderr, else a file
+  std::string trace;                                     // TIERRT_TRACE: Chrome trace JSON file
+  std::string record;                                    // TIERRT_RECORD: event-stream file (trace format)
+  LogLevel log_level = LogLevel::kWarn;                  // TIERRT_LOG
+  std::string log_file;                                  // TIERRT_LOG_FILE ("" is stderr)
 };
 
 // The names of every variable Settings reads, for documentation and checks.
 inline constexpr const char* kSettingVariables[] = {
     "TIERRT_MODE",   "TIERRT_DEVICE_BUDGET", "TIERRT_HOST_BUDGET", "TIERRT_MIN_BYTES",
-    "TIERRT_SPILL_MODE", "TIERRT_POLICY",    "TIERRT_VIRTUAL_MEMINFO",
+    "TIERRT_SPILL_MODE", "TIERRT_POLICY",    "TIERRT_LINK",        "TIERRT_VIRTUAL_MEMINFO",
     "TIERRT_STATS",  "TIERRT_TRACE",         "TIERRT_RECORD",      "TIERRT_LOG",
     "TIERRT_LOG_FILE",
 };
@@ -36,5 +47,26 @@ inline constexpr const char* kSettingVariables[] = {
 // Reads the environment through getenv_fn (std::getenv when null). Returns
 // false and sets *error (one line) on the first bad value.
 bool read_settings(Settings* out, std::string* error, config::GetenvFn getenv_fn = nullptr);
+
+// What the settings are resolved against: facts about the machine.
+struct MachineFacts {
+  std::uint64_t device_total = 0;  // bytes of memory on the device
+  std::uint64_t physical_ram = 0;  // bytes of host RAM
+};
+
+// The concrete values the engine hands to the allocator.
+struct ResolvedSettings {
+  std::uint64_t device_budget = 0;  // bytes
+  std::uint64_t host_budget = 0;    // bytes
+  std::uint64_t min_bytes = 0;      // bytes
+  alloc::SpillMode spill_mode = alloc::SpillMode::Auto;
+};
+
+// Budgets from percentages and defaults: the device budget defaults to the
+// device's memory less a reserve (1/16 of it, at most 512 MiB), the host
+// budget to half of physical RAM. In observe mode the host budget is one
+// byte: every spill is refused as "host full", the allocator's own stop
+// signal, so blocks are tracked and counted but never moved.
+ResolvedSettings resolve(const Settings& s, const MachineFacts& machine) noexcept;
 
 }  // namespace tierrt

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "policies/lifetime_class.hpp"
 #include "runtime/engine.h"
 #include "runtime/log.h"
 
@@ -15,8 +16,11 @@ namespace {
 
 double mib(std::uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
 
-constexpr const char* kClassNames[] = {"unclassified", "persistent", "activation", "transient", "workspace",
-                                       "class-5",      "class-6",    "class-7"};
+// The allocator counts bytes per class as the policy thread sets them: 0 for a
+// block not classified yet, else 1 + the lifetime class.
+const char* class_name(int c) {
+  return c == 0 ? "unclassified" : policy::to_string(static_cast<policy::LifetimeClass>(c - 1));
+}
 
 // What moved between the tiers, and how fast.
 void write_moves(FILE* f, const tierrt_stats& t, const MoveFeedback& moves) noexcept {
@@ -122,7 +126,7 @@ void write_stats_report(const Engine& e) noexcept {
   if (any_class) {  // only when something classified the blocks still live
     std::fprintf(f, "  live bytes per class   ");
     for (int c = 0; c < 8; ++c)
-      if (s.class_bytes[c]) std::fprintf(f, " %s %.1f MiB", kClassNames[c], mib(s.class_bytes[c]));
+      if (s.class_bytes[c]) std::fprintf(f, " %s %.1f MiB", class_name(c), mib(s.class_bytes[c]));
     std::fprintf(f, "\n");
   }
   if (f != stderr) std::fclose(f);

@@ -2,6 +2,8 @@
 // - steady-state allocate + free through the cache, against raw
 //   cuMemAlloc / cuMemFree (what a job does without tierrt);
 // - pointer lookup at 1e2 .. 1e5 live blocks;
+// - the launch protocol (ensure_resident, record_use, release) on resident
+//   blocks, the allocator's share of every launch;
 // - spill + fetch round trips in both modes against a plain pinned
 //   cuMemcpy D2H + H2D, at the link bandwidth simdev models;
 // - pinned staging from the private jemalloc arena against one
@@ -143,6 +145,34 @@ void BM_AllocatorLookup(benchmark::State& st) {
   for (CUdeviceptr p : blocks) a->free(p, nullptr);
 }
 BENCHMARK(BM_AllocatorLookup)->Arg(100)->Arg(1000)->Arg(4000);
+
+// ---- launch protocol ----
+
+void BM_LaunchProtocol(benchmark::State& st) {
+  auto a = make(SpillMode::Remap);
+  CUstream s;
+  cuStreamCreate(&s, CU_STREAM_NON_BLOCKING);
+  std::vector<Block*> blocks;
+  for (long i = 0; i < st.range(0); ++i) {
+    CUdeviceptr p = 0;
+    if (a->allocate(&p, 2 * MiB, s) != CUDA_SUCCESS) {
+      st.SkipWithError("allocation failed");
+      return;
+    }
+    blocks.push_back(a->lookup(p));
+  }
+  for (auto _ : st) {
+    if (a->ensure_resident(blocks, s) != CUDA_SUCCESS || a->record_use(blocks, s) != CUDA_SUCCESS) {
+      st.SkipWithError("launch protocol failed");
+      break;
+    }
+    a->release(blocks);
+  }
+  cuStreamSynchronize(s);
+  for (Block* b : blocks) a->free(b->va, s);
+  cuStreamDestroy(s);
+}
+BENCHMARK(BM_LaunchProtocol)->Arg(1)->Arg(4)->Arg(16);
 
 // ---- spill + fetch ----
 

@@ -9,11 +9,11 @@
 #include <memory>
 #include <string>
 
+#include "policies/eval/policy_comparison.hpp"
+#include "policies/eval/replay.hpp"
+#include "policies/eval/trace_steps.hpp"
+#include "policies/eval/transformer_synth.hpp"
 #include "policies/planner.hpp"
-#include "policies/policy_comparison.hpp"
-#include "policies/replay.hpp"
-#include "policies/trace_steps.hpp"
-#include "policies/transformer_synth.hpp"
 
 namespace {
 

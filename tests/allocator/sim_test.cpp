@@ -509,6 +509,111 @@ TEST_P(Modes, UsesFromManyStreamsAreAllWaitedFor) {
   for (auto& s : ss) CU_OK(cuStreamDestroy(s));
 }
 
+// User pins (tierrt_advise PIN / UNPIN) have their own count: a pinned block
+// is made resident and is not spilled until unpinned.
+TEST_P(Modes, UserPinKeepsABlockResidentUntilUnpinned) {
+  auto a = make(GetParam());
+  Block* b = alloc(*a, 8 * MiB);
+  CU_OK(fill(*a, b, nullptr, 11));
+  ASSERT_EQ(a->spill(b), SpillResult::Started);
+  a->drain();
+  ASSERT_EQ(b->st(), State::Spilled);
+  CU_OK(a->pin(b, nullptr));  // fetched for the work enqueued next
+  a->drain();
+  EXPECT_EQ(b->st(), State::Resident);
+  EXPECT_EQ(b->pins.load(), 0u);  // no launch pin left behind
+  EXPECT_EQ(a->spill(b), SpillResult::Busy);
+  CU_OK(a->pin(b, nullptr));  // user pins nest
+  EXPECT_TRUE(a->unpin(b));
+  EXPECT_EQ(a->spill(b), SpillResult::Busy);
+  EXPECT_TRUE(a->unpin(b));
+  EXPECT_FALSE(a->unpin(b));  // none left
+  std::vector<std::uint8_t> got;
+  CU_OK(read(*a, b, &got));
+  EXPECT_EQ(got, expected(8 * MiB, 11));
+  EXPECT_EQ(a->spill(b), SpillResult::Started);
+  a->drain();
+  CU_OK(a->free(b->va, nullptr));
+}
+
+// An unpin without a user pin fails, and cannot release a launch's pin.
+TEST_P(Modes, UnpinWithoutAPinCannotReleaseALaunchPin) {
+  auto a = make(GetParam());
+  Block* b = alloc(*a, 4 * MiB);
+  Block* bs[1] = {b};
+  CU_OK(a->ensure_resident(bs, nullptr));  // a launch being enqueued
+  EXPECT_FALSE(a->unpin(b));
+  EXPECT_EQ(b->pins.load(), 1u);
+  EXPECT_EQ(a->spill(b), SpillResult::Busy);  // the launch's pin still holds
+  a->release(bs);
+  EXPECT_EQ(a->spill(b), SpillResult::Started);
+  a->drain();
+  CU_OK(a->free(b->va, nullptr));
+}
+
+// The rescue waits for what can free memory: here the only candidate is
+// pinned by a launch another thread is enqueueing. Once that pin is
+// released, the allocation spills the block and succeeds.
+TEST_P(Modes, RescueWaitsForALaunchPinToBeReleased) {
+  Options o;
+  o.device_budget = 64 * MiB;
+  auto a = make(GetParam(), o);
+  Block* held = alloc(*a, 48 * MiB);
+  CU_OK(fill(*a, held, nullptr, 21));
+  Block* bs[1] = {held};
+  CU_OK(a->ensure_resident(bs, nullptr));
+  std::atomic<bool> released{false};
+  std::thread launch([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    released = true;
+    a->release(bs);
+  });
+  CUdeviceptr p = 0;
+  EXPECT_EQ(a->allocate(&p, 32 * MiB, nullptr), CUDA_SUCCESS);
+  EXPECT_TRUE(released.load());  // it waited for the pin instead of failing
+  launch.join();
+  a->drain();
+  EXPECT_EQ(held->st(), State::Spilled);
+  CU_OK(a->free(p, nullptr));
+  std::vector<std::uint8_t> got;
+  CU_OK(read(*a, held, &got));
+  EXPECT_EQ(got, expected(48 * MiB, 21));
+  CU_OK(a->free(held->va, nullptr));
+}
+
+// ...and gives up at once when nothing can change: the only candidate is
+// pinned by the very launch that needs the memory. Copy: that launch fails
+// for want of memory; remap: it runs over the link, the block stays spilled.
+TEST_P(Modes, RescueGivesUpAtOnceWhenOnlyTheLaunchItselfPinsTheCandidates) {
+  Options o;
+  o.device_budget = 64 * MiB;
+  auto a = make(GetParam(), o);
+  Block* y = alloc(*a, 20 * MiB);
+  CU_OK(fill(*a, y, nullptr, 5));
+  ASSERT_EQ(a->spill(y), SpillResult::Started);
+  a->drain();
+  a->trim();  // no spare chunk left for y's fetch
+  Block* x = alloc(*a, 48 * MiB);
+  Block* launch[2] = {x, y};
+  const auto t0 = std::chrono::steady_clock::now();
+  const CUresult r = a->ensure_resident(launch, nullptr);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+  if (GetParam() == SpillMode::Copy) {
+    EXPECT_EQ(r, CUDA_ERROR_OUT_OF_MEMORY);
+    EXPECT_EQ(x->pins.load(), 0u);
+  } else {
+    EXPECT_EQ(r, CUDA_SUCCESS);
+    EXPECT_EQ(y->st(), State::Spilled);
+    a->release(launch);
+  }
+  EXPECT_EQ(x->st(), State::Resident);
+  CU_OK(a->free(x->va, nullptr));
+  std::vector<std::uint8_t> got;
+  CU_OK(read(*a, y, &got));
+  EXPECT_EQ(got, expected(20 * MiB, 5));
+  CU_OK(a->free(y->va, nullptr));
+}
+
 INSTANTIATE_TEST_SUITE_P(Allocator, Modes, ::testing::Values(SpillMode::Remap, SpillMode::Copy),
                          mode_name);
 

@@ -4,8 +4,9 @@
 
 #include <map>
 
-#include "policies/trace_steps.hpp"
-#include "policies/transformer_synth.hpp"
+#include "policies/eval/expected_class.hpp"
+#include "policies/eval/trace_steps.hpp"
+#include "policies/eval/transformer_synth.hpp"
 #include "test_models.hpp"
 
 namespace tierrt::policy {

@@ -1,8 +1,8 @@
 // The lower bound on hand-built steps where the answer can be worked out on paper.
 #include <gtest/gtest.h>
 
-#include "policies/lower_bound.hpp"
-#include "policies/trace_steps.hpp"
+#include "policies/eval/lower_bound.hpp"
+#include "policies/eval/trace_steps.hpp"
 
 namespace tierrt::policy {
 namespace {

@@ -3,13 +3,14 @@
 // moves late prefetches earlier.
 #include <gtest/gtest.h>
 
-#include "policies/baseline_policies.hpp"
+#include "policies/eval/baseline_policies.hpp"
+#include "policies/eval/policy_comparison.hpp"
+#include "policies/eval/replay.hpp"
+#include "policies/eval/tierrt_policy.hpp"
+#include "policies/eval/trace_steps.hpp"
+#include "policies/eval/transformer_synth.hpp"
 #include "policies/planner.hpp"
 #include "policies/planner_policy.hpp"
-#include "policies/policy_comparison.hpp"
-#include "policies/replay.hpp"
-#include "policies/trace_steps.hpp"
-#include "policies/transformer_synth.hpp"
 #include "test_models.hpp"
 
 namespace tierrt::policy {
@@ -112,7 +113,7 @@ TEST(PlannerPolicy, LearnsInTheFirstStepAndPlansTheRest) {
   const auto a = analyse_trace(synthesize(test::tiny_options(test::tiny_dense(), 3)));
   const auto profile = a.steps[0].resident_profile();
   const std::uint64_t budget = *std::max_element(profile.begin(), profile.end()) * 9 / 10;
-  PlannerPolicy p;
+  TierrtPolicy p;
   const auto run = replay(a.steps, p, ReplayOptions{budget, parse_link("pcie5"), false});
   EXPECT_EQ(run.steps[0].plan_alternative, -1);  // nothing learned yet: reactive
   EXPECT_GT(run.steps[0].pressure_spills, 0u);
@@ -121,7 +122,7 @@ TEST(PlannerPolicy, LearnsInTheFirstStepAndPlansTheRest) {
     EXPECT_EQ(run.steps[i].pressure_spills, 0u);
     EXPECT_LE(run.steps[i].step_ns, run.steps[0].step_ns);
   }
-  EXPECT_EQ(p.mispredictions(), 0u);
+  EXPECT_EQ(p.planner().mispredictions(), 0u);
 }
 
 // Measured launch times include stalls (the device waiting for a fetch), which
@@ -156,7 +157,7 @@ TEST(PlannerPolicy, EvalStepFallsBackAndTrainingResumesItsPlan) {
   ASSERT_EQ(a.steps.size(), 5u);
   const auto profile = a.steps[0].resident_profile();
   const std::uint64_t budget = *std::max_element(profile.begin(), profile.end()) * 9 / 10;
-  PlannerPolicy p;
+  TierrtPolicy p;
   const auto run = replay(a.steps, p, ReplayOptions{budget, parse_link("pcie5"), false});
   EXPECT_LT(run.steps[2].plan_ops, a.steps[2].ops.size()) << "followed the training plan into the eval step";
   for (std::size_t i : {1u, 3u, 4u}) EXPECT_EQ(run.steps[i].plan_ops, a.steps[i].ops.size()) << "step " << i;
@@ -176,11 +177,11 @@ TEST(PlannerPolicy, LatePrefetchesStartEarlierNextStep) {
     for (std::uint32_t i = turn; i < steps[s].ops.size(); ++i) steps[s].ops[i].duration_ns /= 4;
   const auto profile = steps[0].resident_profile();
   const std::uint64_t budget = *std::max_element(profile.begin(), profile.end()) * 7 / 10;
-  PlannerPolicy p;
+  TierrtPolicy p;
   const auto link = parse_link("100,100");
   std::vector<double> late;
   for (std::size_t s = 0; s < steps.size(); ++s) {
-    StepContext ctx{s, budget, link, &steps[s]};
+    StepContext ctx{budget, link, &steps[s]};
     auto plans = p.plan_step(ctx);
     // The timeline the planner learns from is always the slow first step: only
     // feedback can correct the prefetch times.
@@ -191,7 +192,7 @@ TEST(PlannerPolicy, LatePrefetchesStartEarlierNextStep) {
     p.observe(steps[0], r);
   }
   ASSERT_GT(late[1], 0) << "the scenario does not make prefetches late";
-  EXPECT_GT(p.late_prefetches(), 0u);
+  EXPECT_GT(p.planner().late_prefetches(), 0u);
   EXPECT_LT(late[3], late[1]);
 }
 

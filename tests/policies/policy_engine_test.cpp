@@ -5,10 +5,10 @@
 #include <random>
 #include <set>
 
+#include "policies/eval/trace_steps.hpp"
+#include "policies/eval/transformer_synth.hpp"
 #include "policies/planner.hpp"
 #include "policies/policy_engine.hpp"
-#include "policies/trace_steps.hpp"
-#include "policies/transformer_synth.hpp"
 #include "test_models.hpp"
 
 namespace tierrt::policy {
@@ -55,7 +55,7 @@ std::vector<StepLog> drive(PolicyEngine& engine, const Fixture& f, bool with_mar
     }
     if (e.kind == EventKind::Step && !with_markers) continue;
     if (e.kind == EventKind::Launch && !logs.empty()) {
-      for (const Trigger& t : engine.triggers_for_next_launch()) {
+      for (const Trigger& t : engine.triggers_ahead(0)) {
         logs.back().triggers.push_back(t);
         auto b = engine.block_of(t.ordinal);
         logs.back().blocks_resolved &= b.has_value() && (t.action != Action::Spill || logs.back().allocated.count(*b));
@@ -170,7 +170,7 @@ TEST(PolicyEngine, MoverReportsFeedThePlanner) {
   for (const Event& e : f.trace) {
     if (e.kind == EventKind::Step) ++step;
     if (step == 2 && e.kind == EventKind::Launch && !reported) {
-      for (const Trigger& t : engine.triggers_for_next_launch())
+      for (const Trigger& t : engine.triggers_ahead(0))
         if (t.action == Action::Prefetch && !reported) {
           reported_ordinal = t.ordinal;
           engine.report_late(t.ordinal, 1e6);
@@ -201,7 +201,7 @@ std::uint32_t prefetch_op_in_step(const Fixture& f, const char* link, std::size_
     if (e.kind == EventKind::Launch) {
       if (step == 2 && !reported) report(engine), reported = true;
       if (step == step_wanted)
-        for (const Trigger& t : engine.triggers_for_next_launch())
+        for (const Trigger& t : engine.triggers_ahead(0))
           if (t.action == Action::Prefetch && t.ordinal == ordinal && found == UINT32_MAX) found = launch;
       ++launch;
     }
@@ -221,7 +221,7 @@ TEST(PolicyEngine, LateAndDemandedFetchesStartThatPrefetchEarlierNextStep) {
   for (const Event& e : f.trace) {
     if (e.kind == EventKind::Step) ++step;
     if (step == 2 && e.kind == EventKind::Launch && ordinal == UINT32_MAX)
-      for (const Trigger& t : probe.triggers_for_next_launch())
+      for (const Trigger& t : probe.triggers_ahead(0))
         if (t.action == Action::Prefetch && ordinal == UINT32_MAX) ordinal = t.ordinal;
     if (step == 2 && ordinal != UINT32_MAX) break;
     probe.record(e);
@@ -289,7 +289,7 @@ TEST(PolicyEngine, TriggersAheadAreTheNextLaunchesOwn) {
   for (const Event& e : f.trace) {
     if (e.kind == EventKind::Step) ++step, have = false;
     if (e.kind == EventKind::Launch && step >= 2 && step != static_cast<std::size_t>(-1)) {
-      const auto now = engine.triggers_for_next_launch();
+      const auto now = engine.triggers_ahead(0);
       if (have) {
         EXPECT_EQ(std::vector<Trigger>(now.begin(), now.end()), ahead);
         compared += !now.empty();
@@ -304,11 +304,11 @@ TEST(PolicyEngine, TriggersAheadAreTheNextLaunchesOwn) {
 }
 
 
-// What a launch-overhead benchmark fed the engine through a ring that was
-// dropping events: blocks allocated in bursts, then the same launch over and
-// over (a one-launch "step"), now and then without some of its uses or
-// without the launch itself. One event then completed two tokens at a step's
-// end and the second, not re-based with the step's events, pointed past them.
+// A launch-heavy run seen through a ring that drops events: blocks allocated
+// in bursts, then the same launch over and over (a one-launch "step"), now and
+// then without some of its uses or without the launch itself. One event can
+// complete two tokens at a step's end; the second must be re-based with the
+// step's events, or it points past them.
 TEST(PolicyEngine, MarkerlessRunsOfOneRepeatedLaunchWithDropsStayConsistent) {
   PolicyEngine engine({64ull << 30, parse_link("pcie5"), {}});
   std::mt19937_64 rng(7);
@@ -325,15 +325,15 @@ TEST(PolicyEngine, MarkerlessRunsOfOneRepeatedLaunchWithDropsStayConsistent) {
       for (int k = 0; k < 8; ++k)
         if (rng() % 100 != 0) engine.record(Event::use(live[(k * live.size()) / 8], seq));
       ++seq;
-      for (const Trigger& t : engine.triggers_for_next_launch()) ASSERT_TRUE(engine.block_of(t.ordinal).has_value());
+      for (const Trigger& t : engine.triggers_ahead(0)) ASSERT_TRUE(engine.block_of(t.ordinal).has_value());
     }
   }
 }
 
 // The runtime's ring drops events when the policy thread falls behind; the
 // engine then sees uses without their launch, frees of unknown blocks and
-// runs cut short. Whatever arrives, it must stay consistent (it once indexed
-// past its own events and threw).
+// runs cut short. Whatever arrives, it must stay consistent (never index past
+// its own events).
 TEST(PolicyEngine, AnyEventStreamKeepsTheEngineConsistent) {
   std::mt19937_64 rng(12345);
   for (int round = 0; round < 40; ++round) {
@@ -369,19 +369,28 @@ TEST(PolicyEngine, AnyEventStreamKeepsTheEngineConsistent) {
 
 
 // Device durations arrive after the launches were recorded (the runtime
-// reads them off timing events); they replace what the host measured.
+// reads them off timing events); they replace what the host measured in the
+// step the planner learns.
 TEST(PolicyEngine, LaunchDurationsMeasuredLaterReplaceTheRecordedOnes) {
-  PolicyEngine engine({1ull << 30, parse_link("pcie5"), {}});
-  engine.record(Event::step(0));
-  engine.record(Event::alloc(0x1000, 1 << 20));
-  for (std::uint64_t seq = 100; seq < 120; ++seq) {
-    engine.record(Event::launch(seq, 5));  // what the host saw: 5 ns apart
-    engine.record(Event::use(0x1000, seq));
-  }
-  EXPECT_EQ(engine.step_launch_ns(), 20u * 5);
-  EXPECT_EQ(engine.set_launch_durations(104, 112, 1000), 8u);
-  EXPECT_EQ(engine.step_launch_ns(), 12u * 5 + 8u * 1000);
-  EXPECT_EQ(engine.set_launch_durations(50, 60, 1000), 0u);  // not in this step
+  auto step_with = [](auto measure) {
+    PolicyEngine engine({1ull << 30, parse_link("pcie5"), {}});
+    engine.record(Event::step(0));
+    engine.record(Event::alloc(0x1000, 1 << 20));
+    for (std::uint64_t seq = 100; seq < 120; ++seq) {
+      engine.record(Event::launch(seq, 5));  // what the host saw: 5 ns apart
+      engine.record(Event::use(0x1000, seq));
+    }
+    measure(engine);
+    engine.record(Event::step(1));
+    const StepTimeline* learned = engine.planner().last_timeline();
+    return learned ? learned->compute_ns() : 0;
+  };
+  EXPECT_EQ(step_with([](PolicyEngine&) {}), 20u * 5);
+  EXPECT_EQ(step_with([](PolicyEngine& e) {
+              EXPECT_EQ(e.set_launch_durations(104, 112, 1000), 8u);
+              EXPECT_EQ(e.set_launch_durations(50, 60, 1000), 0u);  // not in this step
+            }),
+            12u * 5 + 8u * 1000);
 }
 
 }  // namespace

@@ -10,8 +10,8 @@
 #include <sstream>
 #include <string>
 
-#include "policies/trace_file.hpp"
-#include "policies/transformer_synth.hpp"
+#include "policies/eval/transformer_synth.hpp"
+#include "policies/trace/trace_file.hpp"
 
 namespace {
 

@@ -7,9 +7,9 @@
 #include <map>
 #include <random>
 
-#include "policies/policy_comparison.hpp"
-#include "policies/replay.hpp"
-#include "policies/trace_steps.hpp"
+#include "policies/eval/policy_comparison.hpp"
+#include "policies/eval/replay.hpp"
+#include "policies/eval/trace_steps.hpp"
 #include "test_models.hpp"
 
 namespace tierrt::policy {
@@ -107,7 +107,7 @@ TEST_P(RandomTraces, ModelInvariantsHoldForEveryPolicy) {
     const std::uint64_t b = policy->respects_budget() ? budget : std::numeric_limits<std::uint64_t>::max();
     for (std::size_t s = 0; s < a.steps.size(); ++s) {
       const auto& tl = a.steps[s];
-      StepContext ctx{s, b, link, &tl};
+      StepContext ctx{b, link, &tl};
       const auto plans = policy->plan_step(ctx);
       Checker check(tl, b);
       SimResult r = simulate_step(tl, plans, *policy, SimOptions{b, link, false, std::ref(check)});

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <random>
 
+#include "policies/eval/transformer_synth.hpp"
 #include "policies/event.hpp"
-#include "policies/transformer_synth.hpp"
 
 namespace tierrt::policy::test {
 

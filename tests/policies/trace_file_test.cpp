@@ -8,9 +8,9 @@
 #include <random>
 #include <string>
 
-#include "policies/crc32.hpp"
-#include "policies/trace_file.hpp"
-#include "policies/transformer_synth.hpp"
+#include "policies/eval/transformer_synth.hpp"
+#include "policies/trace/crc32.hpp"
+#include "policies/trace/trace_file.hpp"
 #include "test_models.hpp"
 
 namespace tierrt::policy {

@@ -1,5 +1,6 @@
-// Every TIERRT_* variable: accepted values, units, and the one-line refusal
-// of a bad value that names the variable and what it accepts.
+// Every TIERRT_* variable: accepted values, units, defaults, and the one-line
+// refusal of a bad value that names the variable and what it accepts; and the
+// resolution of the settings against the machine into concrete budgets.
 #include "runtime/settings.h"
 
 #include <gtest/gtest.h>
@@ -40,11 +41,14 @@ TEST_F(SettingsTest, DefaultsWithAnEmptyEnvironment) {
   std::string err;
   ASSERT_TRUE(read(&s, &err)) << err;
   EXPECT_EQ(Mode::kTier, s.mode);  // preloading is consent
-  EXPECT_FALSE(s.allocator.device_budget);
-  EXPECT_FALSE(s.allocator.host_budget);
-  EXPECT_EQ(1u << 20, s.allocator.min_bytes);
-  EXPECT_EQ(alloc::SpillMode::Auto, s.allocator.spill_mode);
-  EXPECT_EQ("planner", s.policy);
+  EXPECT_FALSE(s.device_budget);
+  EXPECT_FALSE(s.host_budget);
+  EXPECT_EQ(1u << 20, s.min_bytes);
+  EXPECT_EQ(alloc::SpillMode::Auto, s.spill_mode);
+  EXPECT_EQ(Policy::Planner, s.policy);
+  EXPECT_EQ("pcie5", s.link.name);
+  EXPECT_DOUBLE_EQ(53e9, s.link.h2d_bytes_per_s);
+  EXPECT_DOUBLE_EQ(53e9, s.link.d2h_bytes_per_s);
   EXPECT_FALSE(s.virtual_meminfo);
   EXPECT_TRUE(s.stats.empty());
   EXPECT_TRUE(s.trace.empty());
@@ -78,10 +82,10 @@ TEST_F(SettingsTest, DeviceBudgetTakesUnitsAndPercent) {
     Settings s;
     std::string err;
     ASSERT_TRUE(read(&s, &err)) << c.value << ": " << err;
-    ASSERT_TRUE(s.allocator.device_budget);
-    EXPECT_EQ(c.relative, s.allocator.device_budget->relative) << c.value;
-    if (c.relative) EXPECT_DOUBLE_EQ(c.fraction, s.allocator.device_budget->fraction);
-    else EXPECT_EQ(c.bytes, s.allocator.device_budget->bytes) << c.value;
+    ASSERT_TRUE(s.device_budget);
+    EXPECT_EQ(c.relative, s.device_budget->relative) << c.value;
+    if (c.relative) EXPECT_DOUBLE_EQ(c.fraction, s.device_budget->fraction);
+    else EXPECT_EQ(c.bytes, s.device_budget->bytes) << c.value;
   }
   for (const char* bad : {"lots", "-1GiB", "12 parsecs", "0%", "150%", "GiB"}) expect_refused("TIERRT_DEVICE_BUDGET", bad);
 }
@@ -91,10 +95,44 @@ TEST_F(SettingsTest, HostBudgetAndMinBytes) {
   Settings s;
   std::string err;
   ASSERT_TRUE(read(&s, &err)) << err;
-  EXPECT_EQ(64ull << 30, s.allocator.host_budget->bytes);
-  EXPECT_EQ(4ull << 20, s.allocator.min_bytes);
+  EXPECT_EQ(64ull << 30, s.host_budget->bytes);
+  EXPECT_EQ(4ull << 20, s.min_bytes);
   expect_refused("TIERRT_HOST_BUDGET", "plenty");
   expect_refused("TIERRT_MIN_BYTES", "50%");  // a size, not a share of anything
+}
+
+TEST_F(SettingsTest, HostBudgetTakesAPercentOfRam) {
+  g_env = {{"TIERRT_HOST_BUDGET", "25%"}};
+  Settings s;
+  std::string err;
+  ASSERT_TRUE(read(&s, &err)) << err;
+  ASSERT_TRUE(s.host_budget);
+  EXPECT_TRUE(s.host_budget->relative);
+  EXPECT_DOUBLE_EQ(0.25, s.host_budget->fraction);
+  for (const char* bad : {"0%", "101%", "-5GiB", "1e9"}) expect_refused("TIERRT_HOST_BUDGET", bad);
+  for (const char* bad : {"lots", "1.5", "-1", "4 parsecs"}) expect_refused("TIERRT_MIN_BYTES", bad);
+}
+
+TEST_F(SettingsTest, ReadsTheAllocatorVariables) {
+  g_env = {{"TIERRT_DEVICE_BUDGET", "80%"}, {"TIERRT_HOST_BUDGET", "16GiB"}, {"TIERRT_MIN_BYTES", "4MiB"},
+           {"TIERRT_SPILL_MODE", "COPY"}};
+  Settings c;
+  std::string err;
+  ASSERT_TRUE(read(&c, &err)) << err;
+  EXPECT_EQ(c.device_budget->resolve(1000), 800u);
+  EXPECT_EQ(c.host_budget->resolve(1), 16ull << 30);
+  EXPECT_EQ(c.min_bytes, 4ull << 20);
+  EXPECT_EQ(c.spill_mode, alloc::SpillMode::Copy);
+  g_env["TIERRT_SPILL_MODE"] = "managed";
+  EXPECT_FALSE(read(&c, &err));
+  EXPECT_NE(err.find("TIERRT_SPILL_MODE=\"managed\""), std::string::npos);
+  EXPECT_NE(err.find("auto, remap, copy"), std::string::npos);
+  g_env.clear();
+  Settings d;
+  ASSERT_TRUE(read(&d, &err));
+  EXPECT_EQ(d.min_bytes, 1ull << 20);
+  EXPECT_FALSE(d.device_budget.has_value());
+  EXPECT_EQ(d.spill_mode, alloc::SpillMode::Auto);
 }
 
 TEST_F(SettingsTest, SpillMode) {
@@ -104,20 +142,47 @@ TEST_F(SettingsTest, SpillMode) {
     Settings s;
     std::string err;
     ASSERT_TRUE(read(&s, &err)) << err;
-    EXPECT_EQ(m, s.allocator.spill_mode);
+    EXPECT_EQ(m, s.spill_mode);
   }
   expect_refused("TIERRT_SPILL_MODE", "managed");
 }
 
 TEST_F(SettingsTest, Policy) {
-  for (const char* v : {"reactive", "planner"}) {
+  for (auto [v, p] : {std::pair{"reactive", Policy::Reactive}, {"planner", Policy::Planner},
+                      {"Reactive", Policy::Reactive}}) {
     g_env = {{"TIERRT_POLICY", v}};
     Settings s;
     std::string err;
     ASSERT_TRUE(read(&s, &err)) << err;
-    EXPECT_EQ(v, s.policy);
+    EXPECT_EQ(p, s.policy) << v;
   }
   expect_refused("TIERRT_POLICY", "magic");
+}
+
+TEST_F(SettingsTest, LinkPresetsAndRates) {
+  struct Case {
+    const char* value;
+    const char* name;
+    double h2d, d2h;
+  } cases[] = {{"pcie5", "pcie5", 53e9, 53e9},  {"c2c", "c2c", 375e9, 297e9},   {"C2C", "c2c", 375e9, 297e9},
+               {" pcie5 ", "pcie5", 53e9, 53e9}, {"100,80", "custom", 100e9, 80e9}, {"12.5,6", "custom", 12.5e9, 6e9}};
+  for (const Case& c : cases) {
+    g_env = {{"TIERRT_LINK", c.value}};
+    Settings s;
+    std::string err;
+    ASSERT_TRUE(read(&s, &err)) << c.value << ": " << err;
+    EXPECT_EQ(c.name, s.link.name) << c.value;
+    EXPECT_DOUBLE_EQ(c.h2d, s.link.h2d_bytes_per_s) << c.value;
+    EXPECT_DOUBLE_EQ(c.d2h, s.link.d2h_bytes_per_s) << c.value;
+  }
+  for (const char* bad : {"pcie4", "nvlink", "100", "100,", ",80", "0,80", "100,-1", "100,80,60", "fast,slow"})
+    expect_refused("TIERRT_LINK", bad);
+  // The refusal names the forms that are accepted.
+  g_env = {{"TIERRT_LINK", "pcie4"}};
+  Settings s;
+  std::string err;
+  ASSERT_FALSE(read(&s, &err));
+  for (const char* form : {"pcie5", "c2c", "H2D,D2H", "GB/s"}) EXPECT_NE(err.find(form), std::string::npos) << err;
 }
 
 TEST_F(SettingsTest, FlagsAndOutputs) {
@@ -165,6 +230,61 @@ TEST_F(SettingsTest, EveryDocumentedVariableIsRead) {
       EXPECT_FALSE(ok) << var << " accepted garbage";
     }
   }
+}
+
+constexpr std::uint64_t kMiB = 1ull << 20, kGiB = 1ull << 30;
+
+Settings read_env(std::map<std::string, std::string> env) {
+  g_env = std::move(env);
+  Settings s;
+  std::string err;
+  EXPECT_TRUE(read_settings(&s, &err, &fake_getenv)) << err;
+  return s;
+}
+
+TEST(ResolveTest, DefaultsAreTheDeviceLessAReserveAndHalfOfRam) {
+  // The reserve is 1/16 of the device, at most 512 MiB.
+  const ResolvedSettings big = resolve(read_env({}), {80 * kGiB, 512 * kGiB});
+  EXPECT_EQ(80 * kGiB - 512 * kMiB, big.device_budget);
+  EXPECT_EQ(256 * kGiB, big.host_budget);
+  EXPECT_EQ(1 * kMiB, big.min_bytes);
+  EXPECT_EQ(alloc::SpillMode::Auto, big.spill_mode);
+  const ResolvedSettings small = resolve(read_env({}), {4 * kGiB, 16 * kGiB});
+  EXPECT_EQ(4 * kGiB - 256 * kMiB, small.device_budget);
+  EXPECT_EQ(8 * kGiB, small.host_budget);
+}
+
+TEST(ResolveTest, PercentagesAreOfTheDeviceAndOfRam) {
+  const Settings s = read_env({{"TIERRT_DEVICE_BUDGET", "75%"}, {"TIERRT_HOST_BUDGET", "25%"}});
+  const ResolvedSettings r = resolve(s, {80 * kGiB, 512 * kGiB});
+  EXPECT_EQ(60 * kGiB, r.device_budget);
+  EXPECT_EQ(128 * kGiB, r.host_budget);
+  const ResolvedSettings all = resolve(read_env({{"TIERRT_DEVICE_BUDGET", "100%"}}), {80 * kGiB, 512 * kGiB});
+  EXPECT_EQ(80 * kGiB, all.device_budget);
+}
+
+TEST(ResolveTest, ExplicitValuesPassThrough) {
+  const Settings s = read_env({{"TIERRT_DEVICE_BUDGET", "24GiB"}, {"TIERRT_HOST_BUDGET", "100GiB"},
+                               {"TIERRT_MIN_BYTES", "4MiB"}, {"TIERRT_SPILL_MODE", "remap"}});
+  // Whatever the machine: an explicit budget is the user's to choose.
+  for (MachineFacts m : {MachineFacts{80 * kGiB, 512 * kGiB}, MachineFacts{16 * kGiB, 64 * kGiB}}) {
+    const ResolvedSettings r = resolve(s, m);
+    EXPECT_EQ(24 * kGiB, r.device_budget);
+    EXPECT_EQ(100 * kGiB, r.host_budget);
+    EXPECT_EQ(4 * kMiB, r.min_bytes);
+    EXPECT_EQ(alloc::SpillMode::Remap, r.spill_mode);
+  }
+}
+
+TEST(ResolveTest, ObserveModeNeverMoves) {
+  // A host budget of one byte: every spill is refused as "host full".
+  const MachineFacts m{80 * kGiB, 512 * kGiB};
+  EXPECT_EQ(1u, resolve(read_env({{"TIERRT_MODE", "observe"}}), m).host_budget);
+  const ResolvedSettings r =
+      resolve(read_env({{"TIERRT_MODE", "observe"}, {"TIERRT_HOST_BUDGET", "64GiB"}, {"TIERRT_DEVICE_BUDGET", "50%"}}), m);
+  EXPECT_EQ(1u, r.host_budget);
+  EXPECT_EQ(40 * kGiB, r.device_budget);  // still counted against the budget
+  EXPECT_EQ(64 * kGiB, resolve(read_env({{"TIERRT_MODE", "tier"}, {"TIERRT_HOST_BUDGET", "64GiB"}}), m).host_budget);
 }
 
 }  // namespace

@@ -5,10 +5,10 @@
 #include <string>
 #include <vector>
 
-#include "policies/policy_comparison.hpp"
-#include "policies/trace_file.hpp"
-#include "policies/trace_steps.hpp"
-#include "policies/transformer_synth.hpp"
+#include "policies/eval/policy_comparison.hpp"
+#include "policies/eval/trace_steps.hpp"
+#include "policies/eval/transformer_synth.hpp"
+#include "policies/trace/trace_file.hpp"
 #include "replay_args.hpp"
 #include "replay_report.hpp"
 #include "residency_svg.hpp"

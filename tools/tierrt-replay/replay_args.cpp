@@ -4,6 +4,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "text_format.hpp"
+
 namespace tierrt::replay {
 namespace {
 
@@ -120,7 +122,7 @@ Args parse_args(const std::vector<std::string>& argv) {
       } catch (const std::invalid_argument& e) {
         throw ArgError(std::string("--link: ") + e.what());
       }
-    } else if (f == "--budget-gib") a.budget.bytes = static_cast<std::uint64_t>(parse_number<double>(f, value(), 1e-6, 1e9) * double(1ull << 30));
+    } else if (f == "--budget-gib") a.budget.bytes = static_cast<std::uint64_t>(parse_number<double>(f, value(), 1e-6, 1e9) * kGiB);
     else if (f == "--offload-fraction") a.budget.offload_fraction = parse_number<double>(f, value(), 0.0, 1.0), have_fraction = true;
     else if (f == "--offload-all") a.budget.offload_all = true;
     else if (f == "--policies") {

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
+#include "policies/eval/policy_comparison.hpp"
+#include "policies/eval/transformer_synth.hpp"
 #include "policies/link_model.hpp"
-#include "policies/policy_comparison.hpp"
-#include "policies/transformer_synth.hpp"
 
 namespace tierrt::replay {
 

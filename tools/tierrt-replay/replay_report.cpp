@@ -1,33 +1,29 @@
-#include <algorithm>
 #include "replay_report.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
 
+#include "text_format.hpp"
+
 namespace tierrt::replay {
 namespace {
 
-constexpr double kGiB = double(1ull << 30);
-
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-std::string percent_or_dash(double v) { return v < 0 ? "-" : fmt("%.1f%%", 100 * v); }
+std::string percent_or_dash(double v) { return v < 0 ? "-" : format_number("%.1f%%", 100 * v); }
 
 // An overhead as a signed percentage; "n/a" when there is no ratio.
-std::string percent(double overhead) { return std::isfinite(overhead) ? fmt("%+.2f%%", 100 * overhead) : "n/a"; }
+std::string percent(double overhead) {
+  return std::isfinite(overhead) ? format_number("%+.2f%%", 100 * overhead) : "n/a";
+}
 
 }  // namespace
 
 std::string describe_link(const policy::LinkModel& link) {
   // Measured rates can be far below 1 GB/s (simdev's copies): keep a significant digit.
   const char* f = std::min(link.h2d_bytes_per_s, link.d2h_bytes_per_s) < 10e9 ? "%.2f" : "%.0f";
-  return link.name + " (H2D " + fmt(f, link.h2d_bytes_per_s / 1e9) + " GB/s, D2H " +
-         fmt(f, link.d2h_bytes_per_s / 1e9) + " GB/s)";
+  return link.name + " (H2D " + format_number(f, link.h2d_bytes_per_s / 1e9) + " GB/s, D2H " +
+         format_number(f, link.d2h_bytes_per_s / 1e9) + " GB/s)";
 }
 
 void print_table(std::ostream& out, const ReportContext& ctx, const policy::Comparison& c) {
@@ -35,13 +31,15 @@ void print_table(std::ostream& out, const ReportContext& ctx, const policy::Comp
       << "config   " << ctx.config << "\n"
       << "link     " << ctx.link << "\n"
       << "steps    " << ctx.steps << " replayed; figures for the last (tierrt learns in the first)\n"
-      << "compute  " << fmt("%.1f", c.compute_ns / 1e6) << " ms per step; peak without offload "
-      << fmt("%.2f", c.peak_without_offload / kGiB) << " GiB; activations " << fmt("%.2f", c.activation_bytes / kGiB)
-      << " GiB (" << fmt("%.2f", c.activation_bytes_at_peak / kGiB) << " GiB live at the peak)\n"
-      << "budget   " << fmt("%.2f", c.budget / kGiB) << " GiB, " << ctx.budget << "\n"
+      << "compute  " << format_number("%.1f", c.compute_ns / 1e6) << " ms per step; peak without offload "
+      << format_number("%.2f", c.peak_without_offload / kGiB) << " GiB; activations "
+      << format_number("%.2f", c.activation_bytes / kGiB)
+      << " GiB (" << format_number("%.2f", c.activation_bytes_at_peak / kGiB) << " GiB live at the peak)\n"
+      << "budget   " << format_number("%.2f", c.budget / kGiB) << " GiB, " << ctx.budget << "\n"
       << "bound    ";
   if (c.bound.feasible)
-    out << fmt("%.1f", c.bound.step_ns() / 1e6) << " ms (compute + " << fmt("%.2f", c.bound.stall_ns / 1e6)
+    out << format_number("%.1f", c.bound.step_ns() / 1e6) << " ms (compute + "
+        << format_number("%.2f", c.bound.stall_ns / 1e6)
         << " ms of stall no schedule avoids)\n";
   else
     out << "none: a single launch needs more than the budget\n";
@@ -56,7 +54,7 @@ void print_table(std::ostream& out, const ReportContext& ctx, const policy::Comp
     std::snprintf(line, sizeof line, "%-8s %9.2f %10.1f %8s %9s %9.2f %8s %9s %7u %s\n", p.name.c_str(),
                   s.peak_bytes / kGiB, s.step_ns / 1e6, percent(p.overhead_vs_none).c_str(),
                   c.bound.feasible && bounded ? percent(p.overhead_vs_bound).c_str() : "-",
-                  (s.bytes_d2h + s.bytes_h2d) / kGiB, fmt("%.0f%%", 100 * p.activation_off).c_str(),
+                  (s.bytes_d2h + s.bytes_h2d) / kGiB, format_number("%.0f%%", 100 * p.activation_off).c_str(),
                   percent_or_dash(s.prefetch_hit_rate()).c_str(), s.demand_fetches,
                   !bounded ? "n/a" : s.over_budget_bytes == 0 ? "held" : "EXCEEDED");
     out << line;
@@ -75,16 +73,20 @@ void write_csv_header(std::ostream& out) {
 
 void write_csv_rows(std::ostream& out, const ReportContext& ctx, const policy::Comparison& c) {
   auto quoted = [](const std::string& s) { return "\"" + s + "\""; };
+  const std::string bound_ms = c.bound.feasible ? format_number("%.3f", c.bound.step_ns() / 1e6) : "";
   for (const auto& p : c.policies) {
     const auto& s = p.steady;
-    out << quoted(ctx.config) << ',' << quoted(ctx.link) << ',' << ctx.steps << ',' << fmt("%.4f", c.budget / kGiB)
-        << ',' << p.name << ',' << fmt("%.4f", s.peak_bytes / kGiB) << ',' << fmt("%.3f", s.step_ns / 1e6) << ','
-        << fmt("%.3f", c.compute_ns / 1e6) << ',' << (c.bound.feasible ? fmt("%.3f", c.bound.step_ns() / 1e6) : "")
-        << ',' << fmt("%.5f", p.overhead_vs_none) << ','
-        << (c.bound.feasible && p.name != "none" ? fmt("%.5f", p.overhead_vs_bound) : "") << ',' << fmt("%.4f", s.bytes_d2h / kGiB) << ','
-        << fmt("%.4f", s.bytes_h2d / kGiB) << ',' << fmt("%.4f", p.activation_off) << ','
-        << (s.prefetch_hit_rate() < 0 ? "" : fmt("%.4f", s.prefetch_hit_rate())) << ',' << s.demand_fetches << ','
-        << (p.name == "none" ? "" : s.over_budget_bytes == 0 ? "yes" : "no") << '\n';
+    const bool bounded = p.name != "none";
+    out << quoted(ctx.config) << ',' << quoted(ctx.link) << ',' << ctx.steps << ','
+        << format_number("%.4f", c.budget / kGiB) << ',' << p.name << ','
+        << format_number("%.4f", s.peak_bytes / kGiB) << ',' << format_number("%.3f", s.step_ns / 1e6) << ','
+        << format_number("%.3f", c.compute_ns / 1e6) << ',' << bound_ms << ','
+        << format_number("%.5f", p.overhead_vs_none) << ','
+        << (c.bound.feasible && bounded ? format_number("%.5f", p.overhead_vs_bound) : "") << ','
+        << format_number("%.4f", s.bytes_d2h / kGiB) << ',' << format_number("%.4f", s.bytes_h2d / kGiB) << ','
+        << format_number("%.4f", p.activation_off) << ','
+        << (s.prefetch_hit_rate() < 0 ? "" : format_number("%.4f", s.prefetch_hit_rate())) << ','
+        << s.demand_fetches << ',' << (!bounded ? "" : s.over_budget_bytes == 0 ? "yes" : "no") << '\n';
   }
 }
 

@@ -4,7 +4,7 @@
 #include <ostream>
 #include <string>
 
-#include "policies/policy_comparison.hpp"
+#include "policies/eval/policy_comparison.hpp"
 
 namespace tierrt::replay {
 

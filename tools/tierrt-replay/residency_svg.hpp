@@ -4,7 +4,7 @@
 
 #include <ostream>
 
-#include "policies/policy_comparison.hpp"
+#include "policies/eval/policy_comparison.hpp"
 #include "replay_report.hpp"
 
 namespace tierrt::replay {

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "policies/eval/policy.hpp"
 #include "policies/link_model.hpp"
-#include "policies/policy.hpp"
 #include "policies/step_simulator.hpp"
 #include "policies/step_timeline.hpp"
 

@@ -11,9 +11,9 @@
 #include <utility>
 #include <vector>
 
+#include "policies/eval/lower_bound.hpp"
+#include "policies/eval/policy.hpp"
 #include "policies/link_model.hpp"
-#include "policies/lower_bound.hpp"
-#include "policies/policy.hpp"
 #include "policies/step_simulator.hpp"
 #include "policies/step_timeline.hpp"
 

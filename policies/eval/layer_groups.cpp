@@ -1,8 +1,10 @@
-#include "policies/layer_groups.hpp"
+#include "policies/eval/layer_groups.hpp"
 
 #include <algorithm>
 #include <map>
 #include <numeric>
+
+#include "policies/eval/expected_class.hpp"
 
 namespace tierrt::policy {
 

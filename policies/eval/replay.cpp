@@ -1,4 +1,4 @@
-#include "policies/replay.hpp"
+#include "policies/eval/replay.hpp"
 
 #include <limits>
 
@@ -9,7 +9,7 @@ ReplayRun replay(const std::vector<StepTimeline>& steps, Policy& policy, const R
   run.policy = std::string(policy.name());
   const std::uint64_t budget = policy.respects_budget() ? o.budget : std::numeric_limits<std::uint64_t>::max();
   for (std::size_t i = 0; i < steps.size(); ++i) {
-    StepContext ctx{i, budget, o.link, &steps[i]};
+    StepContext ctx{budget, o.link, &steps[i]};
     const auto plans = policy.plan_step(ctx);
     SimOptions sim{budget, o.link, o.record_residency && i + 1 == steps.size(), {}};
     run.steps.push_back(simulate_step(steps[i], plans, policy, sim));

@@ -1,4 +1,4 @@
-#include "policies/crc32.hpp"
+#include "policies/trace/crc32.hpp"
 
 #include <array>
 

@@ -1,4 +1,4 @@
-#include "policies/transformer_synth.hpp"
+#include "policies/eval/transformer_synth.hpp"
 
 #include <algorithm>
 #include <functional>

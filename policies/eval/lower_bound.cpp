@@ -1,4 +1,4 @@
-#include "policies/lower_bound.hpp"
+#include "policies/eval/lower_bound.hpp"
 
 #include <algorithm>
 #include <vector>

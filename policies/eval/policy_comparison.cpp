@@ -1,13 +1,13 @@
-#include "policies/policy_comparison.hpp"
+#include "policies/eval/policy_comparison.hpp"
 
 #include <algorithm>
 #include <limits>
 #include <stdexcept>
 
-#include "policies/baseline_policies.hpp"
+#include "policies/eval/baseline_policies.hpp"
+#include "policies/eval/replay.hpp"
+#include "policies/eval/tierrt_policy.hpp"
 #include "policies/lifetime_classifier.hpp"
-#include "policies/planner_policy.hpp"
-#include "policies/replay.hpp"
 
 namespace tierrt::policy {
 
@@ -18,9 +18,6 @@ double overhead(double step_ns, double reference_ns) {
   if (reference_ns > 0) return step_ns / reference_ns - 1;
   return step_ns > 0 ? std::numeric_limits<double>::quiet_NaN() : 0.0;
 }
-}  // namespace
-
-namespace {
 
 bool has_roles(const StepTimeline& tl) {
   return std::any_of(tl.blocks.begin(), tl.blocks.end(), [](const BlockRecord& b) { return b.role != Role::Unknown; });
@@ -54,7 +51,7 @@ std::unique_ptr<Policy> make_policy(std::string_view name, bool spill_all) {
   if (name == "tierrt") {
     PlannerOptions o;
     o.spill_all = spill_all;
-    return std::make_unique<PlannerPolicy>(o);
+    return std::make_unique<TierrtPolicy>(o);
   }
   throw std::invalid_argument("unknown policy '" + std::string(name) + "': expected none, lru, vdnn, te, jax or tierrt");
 }

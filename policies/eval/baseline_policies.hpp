@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "policies/policy.hpp"
+#include "policies/eval/policy.hpp"
 
 namespace tierrt::policy {
 
@@ -48,10 +48,6 @@ class TransformerEnginePolicy final : public Policy {
   std::string_view name() const override { return "te"; }
   bool needs_roles() const override { return true; }
   std::vector<StepPlan> plan_step(const StepContext& ctx) override;
-  std::uint32_t offloaded_layers() const { return layers_; }
-
- private:
-  std::uint32_t layers_ = 0;
 };
 
 // JAX/XLA static host offload of named tensors (remat policy with offload_dst

@@ -1,9 +1,9 @@
-#include "policies/baseline_policies.hpp"
+#include "policies/eval/baseline_policies.hpp"
 
 #include <algorithm>
 
+#include "policies/eval/layer_groups.hpp"
 #include "policies/excess_tracker.hpp"
-#include "policies/layer_groups.hpp"
 
 namespace tierrt::policy {
 namespace {
@@ -58,25 +58,21 @@ std::vector<StepPlan> TransformerEnginePolicy::plan_step(const StepContext& ctx)
   const StepTimeline& tl = *ctx.framework_view;
   const auto groups = layer_groups(tl);
   // N: the fewest leading layers whose offload (ideally timed) keeps every launch under budget.
-  const auto profile = tl.resident_profile();
-  std::vector<double> excess(profile.size());
-  for (std::size_t i = 0; i < profile.size(); ++i)
-    excess[i] = static_cast<double>(profile[i]) - static_cast<double>(ctx.budget);
-  ExcessTracker tracker(excess);
+  ExcessTracker tracker = ExcessTracker::over_budget(tl.resident_profile(), ctx.budget);
   std::uint32_t max_layer = 0;
   for (const auto& g : groups) max_layer = std::max(max_layer, g.layer_index + 1);
-  layers_ = 0;
-  while (layers_ < max_layer && tracker.max_overall() > 0) {
+  std::uint32_t layers = 0;
+  while (layers < max_layer && tracker.max_overall() > 0) {
     for (const auto& g : groups)
-      if (g.layer_index == layers_)
+      if (g.layer_index == layers)
         for (std::size_t k = 0; k < g.blocks.size(); ++k)
           tracker.relieve(g.gaps[k].last_before + 1, g.gaps[k].first_after,
                           static_cast<double>(tl.blocks[g.blocks[k]].bytes));
-    ++layers_;
+    ++layers;
   }
   std::vector<Trigger> t;
   for (const LayerGroup& g : groups) {
-    if (g.layer_index >= layers_) continue;
+    if (g.layer_index >= layers) continue;
     const LayerGroup& next = groups[g.next_in_forward];
     for (std::size_t k = 0; k < g.blocks.size(); ++k) {
       const std::uint32_t ord = tl.blocks[g.blocks[k]].ordinal;

@@ -1,10 +1,10 @@
-#include "policies/trace_file.hpp"
+#include "policies/trace/trace_file.hpp"
 
 #include <cstring>
 #include <fstream>
 #include <iterator>
 
-#include "policies/crc32.hpp"
+#include "policies/trace/crc32.hpp"
 
 namespace tierrt::policy {
 namespace {
@@ -46,7 +46,7 @@ bool sub_is_valid(EventKind kind, std::uint8_t sub) {
   switch (kind) {
     case EventKind::Phase: return sub <= static_cast<std::uint8_t>(Phase::Other);
     case EventKind::CopyRate: return sub <= static_cast<std::uint8_t>(CopyDir::HostToDevice);
-    case EventKind::Tag: return sub < static_cast<std::uint8_t>(Role::Count_);
+    case EventKind::Tag: return sub < kRoleCount;
     default: return sub == 0;
   }
 }

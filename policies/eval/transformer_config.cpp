@@ -1,4 +1,4 @@
-#include "policies/transformer_config.hpp"
+#include "policies/eval/transformer_config.hpp"
 
 namespace tierrt::policy {
 namespace {

@@ -1,8 +1,7 @@
-// What every policy offers the replay (and, later, the runtime): a plan per step,
-// victims when memory runs short, and a chance to learn from what happened.
+// What every policy offers the replay: a plan per step, victims when memory runs
+// short, and a chance to learn from what happened.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 #include <string_view>
 #include <vector>
@@ -15,7 +14,6 @@
 namespace tierrt::policy {
 
 struct StepContext {
-  std::size_t index = 0;
   std::uint64_t budget = 0;
   LinkModel link;
   // The step about to run, as the framework itself knows it (tensor roles, layers,

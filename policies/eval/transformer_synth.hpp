@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <optional>
 
+#include "policies/eval/transformer_config.hpp"
 #include "policies/event.hpp"
-#include "policies/transformer_config.hpp"
 
 namespace tierrt::policy {
 

@@ -1,0 +1,231 @@
+// The Allocator facade: creation and teardown, allocation and free, lookup,
+// statistics. Launch residency is in residency.cpp, the rescue in rescue.cpp.
+#include <cassert>
+#include <new>
+
+#include "allocator/parts.h"
+#include "driver/driver.h"
+
+namespace tierrt::alloc {
+
+// ---- creation and teardown ----
+
+CUresult Allocator::Parts::init() noexcept {
+  CUresult r = arena.init(opt.device_budget);
+  if (r != CUDA_SUCCESS) return r;
+  backing = HostBacking::create(opt, arena);
+  if (backing != nullptr) mover.reset(new (std::nothrow) Mover(blocks, arena, *backing, uses));
+  if (mover == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  arena.set_reclaimer(this);
+  return mover->start();
+}
+
+Allocator::Parts::~Parts() {
+  if (mover != nullptr) mover->stop();
+  if (arena.context() == nullptr) return;
+  (void)TIERRT_CU(cuCtxSetCurrent, arena.context());
+  (void)TIERRT_CU(cuCtxSynchronize);
+  blocks.drop_all([&](Block* b) {
+    uses.forget(b, /*synchronize=*/false);
+    uses.unref(b->ready.exchange(nullptr));
+    destroy_block(b);
+  });
+  for (CUdeviceptr p : raw) (void)TIERRT_CU(cuMemFree, p);
+}
+
+std::unique_ptr<Allocator> Allocator::create(const Options& opt, CUresult* err) {
+  std::unique_ptr<Parts> p(new (std::nothrow) Parts(opt));
+  CUresult r = p != nullptr ? p->init() : CUDA_ERROR_OUT_OF_MEMORY;
+  std::unique_ptr<Allocator> a;
+  if (r == CUDA_SUCCESS) a.reset(new (std::nothrow) Allocator(std::move(p)));
+  if (r == CUDA_SUCCESS && a == nullptr) r = CUDA_ERROR_OUT_OF_MEMORY;
+  if (err != nullptr) *err = r;
+  return a;
+}
+
+Allocator::Allocator(std::unique_ptr<Parts> parts) noexcept : p_(std::move(parts)) {}
+Allocator::~Allocator() = default;
+
+// ---- allocation ----
+
+CUresult Allocator::allocate(CUdeviceptr* out, std::size_t bytes, CUstream stream, AllocFlags flags) noexcept {
+  if (out == nullptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
+  *out = 0;
+  p_->allocs.fetch_add(1, std::memory_order_relaxed);
+  if (flags.pass_through) return p_->allocate_raw(out, bytes);
+  if (bytes < p_->opt.min_bytes && SlabPools::fits(bytes)) return p_->slabs.allocate(out, bytes, stream);
+  return p_->allocate_block(out, bytes, stream, bytes >= p_->opt.min_bytes);
+}
+
+CUresult Allocator::Parts::allocate_raw(CUdeviceptr* out, std::size_t bytes) noexcept {
+  const CUresult r = TIERRT_CU(cuMemAlloc, out, bytes);
+  if (r != CUDA_SUCCESS) return r;
+  std::lock_guard<RankedMutex> g(raw_mu);
+  raw.insert(*out);
+  return r;
+}
+
+CUresult Allocator::Parts::free_raw(CUdeviceptr p) noexcept {
+  {
+    std::lock_guard<RankedMutex> g(raw_mu);
+    if (raw.erase(p) == 0) return CUDA_ERROR_INVALID_VALUE;
+  }
+  return TIERRT_CU(cuMemFree, p);
+}
+
+CUresult Allocator::Parts::allocate_block(CUdeviceptr* out, std::size_t bytes, CUstream s, bool spillable) noexcept {
+  const std::size_t mapped = arena.round_up(bytes);
+  Block* b = nullptr;
+  CUresult r = reuse_cached(mapped, bytes, spillable, s, &b);
+  if (r == CUDA_SUCCESS && b == nullptr) r = create_block(mapped, bytes, spillable, &b);
+  if (r == CUDA_SUCCESS) *out = b->va;
+  return r;
+}
+
+CUresult Allocator::Parts::reuse_cached(std::size_t mapped, std::size_t bytes, bool spillable, CUstream s,
+                                        Block** out) noexcept {
+  // Every access to a block is a recorded use (the runtime records launches,
+  // copies and memsets that name it), so reuse on `s` waits only for uses on
+  // other streams: none when the block was used and freed on `s`, the steady
+  // state of a training step.
+  UseSlot waits[kMaxUseSlots];
+  int nwaits = 0;
+  Block* b = nullptr;
+  {
+    auto l = blocks.lock();
+    b = blocks.reuse(mapped, bytes, spillable, s, l);
+    if (b == nullptr) return CUDA_SUCCESS;
+    nwaits = UseTracker::take_refs_owned(b, waits, s);
+  }
+  cache_hits.fetch_add(1, std::memory_order_relaxed);
+  uses.touch(b);
+  const CUresult r =
+      nwaits == 0 ? CUDA_SUCCESS : uses.wait_then_unref(s, {waits, static_cast<std::size_t>(nwaits)});
+  if (r != CUDA_SUCCESS) {
+    (void)free_block(b, b->va, s);
+    return r;
+  }
+  *out = b;
+  return CUDA_SUCCESS;
+}
+
+CUresult Allocator::Parts::create_block(std::size_t mapped, std::size_t bytes, bool spillable, Block** out) noexcept {
+  Block* b = blocks.new_block();
+  DeviceRange range;
+  const CUresult r = arena.create_range(mapped, reinterpret_cast<std::uintptr_t>(b), Claimant{}, &range);
+  if (r != CUDA_SUCCESS) {
+    blocks.recycle(b);
+    return r;
+  }
+  blocks_made.fetch_add(1, std::memory_order_relaxed);
+  {
+    auto l = blocks.lock();
+    b->va = range.va;
+    b->size = bytes;
+    b->mapped = mapped;
+    b->spillable = spillable;
+    b->dev = range.chunk;
+    blocks.set_state(b, State::Resident, l);
+  }
+  uses.touch(b);
+  *out = b;
+  return CUDA_SUCCESS;
+}
+
+// ---- free ----
+
+CUresult Allocator::free(CUdeviceptr ptr, CUstream stream) noexcept {
+  if (ptr == 0) return CUDA_SUCCESS;
+  const std::uintptr_t e = p_->arena.table().find(ptr);
+  if (e == 0) return p_->free_raw(ptr);
+  if (SlabPools::is_slab(e)) {
+    p_->slabs.free(SlabPools::slab_of(e), ptr);
+    return CUDA_SUCCESS;
+  }
+  return p_->free_block(reinterpret_cast<Block*>(e), ptr, stream);
+}
+
+CUresult Allocator::Parts::free_block(Block* b, CUdeviceptr p, CUstream s) noexcept {
+  {
+    auto l = blocks.lock();
+    if (b->va != p) return CUDA_ERROR_INVALID_VALUE;
+    State st = blocks.settle(b, l);
+    while (st == State::Fetching) {
+      // The fetch's copy becomes a use: a reuse waits for it.
+      UseEvent* r = b->ready.exchange(nullptr);
+      blocks.set_state(b, State::Resident, l);
+      if (r != nullptr && !uses.try_adopt(b, mover->fetch_stream(), r)) {
+        l.unlock();
+        (void)TIERRT_CU(cuEventSynchronize, r->ev);
+        uses.unref(r);
+        l.lock();
+      }
+      st = blocks.settle(b, l);
+    }
+    if (st == State::Freed) return CUDA_ERROR_INVALID_VALUE;
+    if (st == State::Resident) {
+      blocks.cache(b, s, l);
+      return CUDA_SUCCESS;
+    }
+    blocks.set_state(b, State::Freed, l);  // SPILLED: the host copy and the VA go
+  }
+  uses.forget(b, /*synchronize=*/true);  // uses over the link (remap)
+  destroy_block(b);
+  return CUDA_SUCCESS;
+}
+
+void Allocator::Parts::destroy_block(Block* b) noexcept {
+  assert(b->ops_pending == 0 && b->nuses == 0 && b->ready.load() == nullptr);
+  backing->destroy(b);
+  arena.destroy_range(DeviceRange{b->va, b->mapped, b->dev});
+  b->dev = 0;
+  blocks.recycle(b);
+}
+
+// ---- the rest of the face ----
+
+Block* Allocator::lookup(CUdeviceptr ptr) const noexcept {
+  const std::uintptr_t e = p_->arena.table().find(ptr);
+  return SlabPools::is_slab(e) ? nullptr : reinterpret_cast<Block*>(e);
+}
+
+bool Allocator::owns(CUdeviceptr ptr) const noexcept { return p_->arena.table().find(ptr) != 0; }
+
+SpillResult Allocator::spill(Block* b) noexcept {
+  return b != nullptr ? p_->mover->spill(b) : SpillResult::NotSpillable;
+}
+
+CUresult Allocator::prefetch(Block* b, CUstream consumer) noexcept {
+  return b != nullptr ? p_->mover->fetch(b, consumer, false) : CUDA_ERROR_INVALID_VALUE;
+}
+
+void Allocator::set_class(Block* b, std::uint8_t lifetime) noexcept { p_->blocks.set_lifetime(b, lifetime); }
+void Allocator::set_observer(MoveObserver* observer) noexcept { p_->mover->set_observer(observer); }
+std::uint64_t Allocator::trim(std::uint64_t bytes) noexcept { return p_->trim(bytes); }
+void Allocator::drain() noexcept { p_->blocks.wait_moves_done(); }
+SpillMode Allocator::mode() const noexcept { return p_->backing->mode(); }
+std::size_t Allocator::granularity() const noexcept { return p_->arena.granularity(); }
+
+Stats Allocator::stats() const noexcept {
+  Stats s;
+  p_->blocks.fill_stats(&s);
+  p_->mover->fill_stats(&s);
+  s.spare_device_bytes = p_->arena.spare_bytes();
+  s.slab_bytes = p_->slabs.bytes();
+  const Budget& dev = p_->arena.budget();
+  s.device_used = dev.used();
+  s.device_peak = dev.peak();
+  s.device_budget = dev.limit();
+  const Budget& host = p_->backing->budget();
+  s.host_used = host.used();
+  s.host_peak = host.peak();
+  s.host_budget = host.limit();
+  s.pinned_pool_bytes = p_->backing->pinned_pool_bytes();
+  s.allocs = p_->allocs.load(std::memory_order_relaxed);
+  s.cache_hits = p_->cache_hits.load(std::memory_order_relaxed);
+  s.driver_allocs = p_->blocks_made.load(std::memory_order_relaxed) + p_->slabs.slabs_made();
+  s.trimmed_bytes = p_->trimmed.load(std::memory_order_relaxed);
+  return s;
+}
+
+}  // namespace tierrt::alloc

@@ -1,0 +1,220 @@
+#include "allocator/block_states.h"
+
+#include <cassert>
+#include <optional>
+
+namespace tierrt::alloc {
+
+BlockStates::~BlockStates() {
+  resident_.clear();
+  pool_.clear();
+}
+
+Block* BlockStates::new_block() noexcept {
+  std::lock_guard<RankedMutex> g(mu_);
+  if (!pool_.empty()) {
+    Block* b = &pool_.front();
+    pool_.pop_front();
+    return b;
+  }
+  return &storage_.emplace_back();
+}
+
+void BlockStates::recycle(Block* b) noexcept {
+  std::lock_guard<RankedMutex> g(mu_);
+  assert(b->ops_pending == 0 && b->nuses == 0 && b->dev == 0 && b->host.chunk == 0 && b->host.buf == nullptr);
+  assert(!b->cache_hook.is_linked() && !b->resident_hook.is_linked());
+  if (b->counted_freed) count(State::Freed, b, -1);
+  b->counted_freed = false;
+  b->va = b->shadow = 0;
+  b->size = b->mapped = 0;
+  b->remapping = b->captured = false;
+  b->user_pins = 0;
+  b->lifetime = 0;
+  pool_.push_back(*b);
+}
+
+void BlockStates::count(State s, const Block* b, int delta) noexcept {
+  const int i = static_cast<int>(s);
+  state_blocks_[i] += static_cast<std::uint64_t>(delta);
+  state_bytes_[i] += static_cast<std::uint64_t>(delta) * b->size;
+}
+
+void BlockStates::set_state(Block* b, State to, const Lock&) noexcept {
+  const State from = b->st();
+  assert(legal_transition(from, to));
+  // Device memory goes only once the spill's copy completed (the mover has
+  // released the chunk), and nothing the user pinned is spilled.
+  assert(to != State::Spilled || (b->dev == 0 && b->user_pins == 0));
+  assert(to != State::Resident || b->dev != 0);
+  // A block leaving FREED for the first time (brand new) was never counted.
+  if (from != State::Freed || b->counted_freed) count(from, b, -1);
+  count(to, b, +1);
+  // Live bytes per lifetime class: what is not FREED.
+  if (from == State::Freed) lifetime_bytes_[b->lifetime] += b->size;
+  if (to == State::Freed) lifetime_bytes_[b->lifetime] -= b->size;
+  b->counted_freed = to == State::Freed;
+  if (to == State::Resident && b->spillable) {
+    if (!b->resident_hook.is_linked()) resident_.push_back(*b);
+  } else if (b->resident_hook.is_linked()) {
+    resident_.erase(resident_.iterator_to(*b));
+  }
+  b->state.store(to, std::memory_order_seq_cst);
+}
+
+State BlockStates::settle(Block* b, Lock& l, std::span<Block* const> pinned) noexcept {
+  std::optional<PinHolder> waiting;
+  for (;;) {
+    const State st = b->st();
+    if (st == State::Freed || b->va == 0) return State::Freed;
+    if (b->remapping) {
+      if (!waiting) waiting.emplace(pinned, l, *this);
+      changed_.wait(l);
+      continue;
+    }
+    if (st == State::Spilling) {
+      abort_spill(b, l);
+      continue;
+    }
+    return st;
+  }
+}
+
+void BlockStates::abort_spill(Block* b, const Lock& l) noexcept {
+  ++b->gen;  // the pending copy is discarded when it completes
+  ++aborted_;
+  set_state(b, State::Resident, l);
+  changed_.notify_all();
+}
+
+void BlockStates::set_lifetime(Block* b, std::uint8_t lifetime) noexcept {
+  std::lock_guard<RankedMutex> g(mu_);
+  lifetime &= 7;
+  if (b->st() != State::Freed) {
+    lifetime_bytes_[b->lifetime] -= b->size;
+    lifetime_bytes_[lifetime] += b->size;
+  }
+  b->lifetime = lifetime;
+}
+
+Block* BlockStates::reuse(std::size_t mapped, std::size_t size, bool spillable, CUstream s, const Lock& l) noexcept {
+  Block* b = cache_.take(mapped, s);
+  if (b == nullptr) return nullptr;
+  // Out of FREED with its old size; set_state counts it in with the new one.
+  count(State::Freed, b, -1);
+  b->counted_freed = false;
+  b->size = size;
+  b->spillable = spillable;
+  b->lifetime = 0;
+  b->captured = false;
+  b->user_pins = 0;
+  set_state(b, State::Resident, l);
+  return b;
+}
+
+void BlockStates::cache(Block* b, CUstream s, const Lock& l) noexcept {
+  set_state(b, State::Freed, l);
+  b->free_stream = s;
+  cache_.insert(b);
+}
+
+void BlockStates::begin_move(Block* b, Move m, const Lock&) noexcept {
+  ++b->ops_pending;
+  ++moves_;
+  if (m == Move::Spill) ++spills_;
+}
+
+void BlockStates::end_move(Block* b, Move m, bool queued) noexcept {
+  {
+    std::lock_guard<RankedMutex> g(mu_);
+    assert(b->ops_pending > 0 && moves_ > 0);
+    --b->ops_pending;
+    --moves_;
+    if (m == Move::Spill) --spills_;
+    if (m == Move::Fetch && queued) --fetches_queued_;
+    ++generation_;
+  }
+  changed_.notify_all();
+}
+
+void BlockStates::wait_moves_done() noexcept {
+  Lock l(mu_);
+  changed_.wait(l, [&] { return moves_ == 0; });
+}
+
+void BlockStates::wait_spills_done() noexcept {
+  Lock l(mu_);
+  changed_.wait(l, [&] { return spills_ == 0; });
+}
+
+BlockStates::Rescuing::Rescuing(BlockStates& s) noexcept : s_(s) {
+  std::lock_guard<RankedMutex> g(s.mu_);
+  s.rescuing_.fetch_add(1, std::memory_order_seq_cst);
+  ++s.rescues_;
+  seen_ = s.generation_;
+}
+
+BlockStates::Rescuing::~Rescuing() { s_.rescuing_.fetch_sub(1, std::memory_order_seq_cst); }
+
+BlockStates::PinHolder::PinHolder(std::span<Block* const> p, const Lock&, BlockStates& s) noexcept
+    : pinned(p), s_(s) {
+  if (pinned.empty()) return;
+  s_.holders_.push_back(*this);
+  // A rescue waiting for these pins to be released can stop waiting.
+  s_.changed_.notify_all();
+}
+
+BlockStates::PinHolder::~PinHolder() {
+  if (hook.is_linked()) s_.holders_.erase(s_.holders_.iterator_to(*this));
+}
+
+void BlockStates::pins_released() noexcept {
+  // Pairs with Rescuing (announce, then look at pins): a rescue that saw the
+  // pin held is told, one that did not saw it released.
+  if (rescuing_.load(std::memory_order_seq_cst) == 0) return;
+  {
+    std::lock_guard<RankedMutex> g(mu_);
+    ++generation_;
+  }
+  changed_.notify_all();
+}
+
+bool BlockStates::pinned_by_running_thread_locked(const Block* b) const noexcept {
+  const std::uint32_t pins = b->pins.load(std::memory_order_seq_cst);
+  std::uint32_t waiting = 0;
+  for (const PinHolder& h : holders_)
+    for (const Block* p : h.pinned) waiting += p == b;
+  return pins > waiting;
+}
+
+bool BlockStates::could_change_locked() const noexcept {
+  if (spills_ != 0 || fetches_queued_ != 0) return true;
+  for (const Block& b : resident_)
+    if (!b.captured && b.user_pins == 0 && pinned_by_running_thread_locked(&b)) return true;
+  return false;
+}
+
+bool BlockStates::wait_for_change(std::uint64_t seen, Lock& l, std::span<Block* const> pinned) noexcept {
+  PinHolder waiting(pinned, l, *this);
+  for (;;) {
+    if (generation_ != seen) return true;
+    if (!could_change_locked()) return false;
+    changed_.wait(l);
+  }
+}
+
+void BlockStates::fill_stats(Stats* s) noexcept {
+  std::lock_guard<RankedMutex> g(mu_);
+  for (int i = 0; i < kStateCount; ++i) {
+    s->blocks[i] = state_blocks_[i];
+    s->bytes[i] = state_bytes_[i];
+  }
+  for (int i = 0; i < 8; ++i) s->class_bytes[i] = lifetime_bytes_[i];
+  s->cached_bytes = cache_.bytes();
+  s->cached_blocks = cache_.count();
+  s->spills_aborted = aborted_;
+  s->spills_refused_host_full = host_full_;
+  s->rescues = rescues_;
+}
+
+}  // namespace tierrt::alloc

@@ -1,0 +1,179 @@
+// Every block's state and what depends on it: the Block objects themselves,
+// the state machine (set_state is the only writer of Block::state), the
+// per-state counts, the list of resident spillable blocks, the cache of
+// freed blocks, the moves under way, and the notification the rescue and
+// the waiters for a remap sleep on. Everything here is guarded by one lock,
+// alloc.blocks.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include <boost/intrusive/list.hpp>
+
+#include "allocator/allocator.h"
+#include "allocator/block.h"
+#include "allocator/block_cache.h"
+#include "allocator/lock_rank.h"
+#include "allocator/ranked_mutex.h"
+
+namespace tierrt::alloc {
+
+enum class Move : std::uint8_t { Spill, Fetch };
+
+class BlockStates {
+ public:
+  using Lock = std::unique_lock<RankedMutex>;
+
+  BlockStates() = default;
+  BlockStates(const BlockStates&) = delete;
+  BlockStates& operator=(const BlockStates&) = delete;
+  ~BlockStates();
+
+  Lock lock() noexcept { return Lock(mu_); }
+
+  // ---- Block objects (type-stable: never deleted, so lookups stay safe) ----
+  Block* new_block() noexcept;
+  // Back to the pool, identity cleared (out of every list).
+  void recycle(Block* b) noexcept;
+  // Every block with a VA, out of the cache and the resident list (shutdown).
+  template <class F>
+  void drop_all(F&& destroy);
+
+  // ---- the state machine ----
+  void set_state(Block* b, State to, const Lock&) noexcept;
+  // Waits out a remap and aborts a spill under way, so that what is left is
+  // FREED (also for a block without a VA), RESIDENT, SPILLED or FETCHING.
+  // `pinned`: blocks the caller holds pinned while it waits (see PinHolder).
+  State settle(Block* b, Lock& l, std::span<Block* const> pinned = {}) noexcept;
+  void set_lifetime(Block* b, std::uint8_t lifetime) noexcept;
+
+  // ---- the cache of freed blocks ----
+  // A cached block of `mapped` bytes (or a bit more) made RESIDENT again.
+  Block* reuse(std::size_t mapped, std::size_t size, bool spillable, CUstream s, const Lock&) noexcept;
+  // RESIDENT -> FREED, kept for reuse on `s`.
+  void cache(Block* b, CUstream s, const Lock&) noexcept;
+  // Takes cached blocks without a move pending, largest first, until `bytes`.
+  template <class F>
+  std::uint64_t take_cached(std::uint64_t bytes, F&& take, const Lock&);
+
+  // ---- moves ----
+  void begin_move(Block* b, Move m, const Lock&) noexcept;
+  void fetch_queued(const Lock&) noexcept { ++fetches_queued_; }
+  // A move finalised or given up (`queued`: it had been handed to the mover).
+  void end_move(Block* b, Move m, bool queued) noexcept;
+  void wait_moves_done() noexcept;  // every started move finalised
+  void wait_spills_done() noexcept;
+
+  // ---- what the rescue waits for ----
+  // A rescue in progress (the pin releases it may wait for notify it).
+  class Rescuing {
+   public:
+    explicit Rescuing(BlockStates& s) noexcept;
+    ~Rescuing();
+    std::uint64_t seen() const noexcept { return seen_; }
+
+   private:
+    BlockStates& s_;
+    std::uint64_t seen_;
+  };
+  // While it lives, the rescue knows that `pinned` are held by a thread that
+  // is waiting inside the allocator: waiting for their release is futile.
+  // Registering wakes the rescues (they look again), but is no change they
+  // wait for: that would have two waiting rescues wake each other forever.
+  class PinHolder {
+   public:
+    PinHolder(std::span<Block* const> pinned, const Lock&, BlockStates& s) noexcept;
+    ~PinHolder();  // under the lock too
+    PinHolder(const PinHolder&) = delete;
+    PinHolder& operator=(const PinHolder&) = delete;
+    bi::list_member_hook<> hook;
+    std::span<Block* const> pinned;
+
+   private:
+    BlockStates& s_;
+  };
+  // A remap finished: wakes those waiting in settle().
+  void remap_done() noexcept { changed_.notify_all(); }
+  // Launch pins were released, or a user pin: wakes the rescues waiting.
+  void pins_released() noexcept;
+  // Waits until something happened since `seen` that may free device memory
+  // (true: a move finished, pins were released), or returns false as soon
+  // as nothing can: no move under way, and every candidate's launch pins
+  // held by threads waiting inside the allocator (`pinned`: the caller's).
+  bool wait_for_change(std::uint64_t seen, Lock& l, std::span<Block* const> pinned) noexcept;
+  // Resident spillable blocks: the rescue's candidates.
+  template <class F>
+  void for_each_resident(F&& f, const Lock&);
+  void note_host_full(const Lock&) noexcept { ++host_full_; }
+
+  void fill_stats(Stats* s) noexcept;
+
+ private:
+  using ResidentList = bi::list<Block, bi::member_hook<Block, bi::list_member_hook<>, &Block::resident_hook>,
+                                bi::constant_time_size<true>>;
+  using PoolList = bi::list<Block, bi::member_hook<Block, bi::list_member_hook<>, &Block::pool_hook>>;
+  using HolderList = bi::list<PinHolder, bi::member_hook<PinHolder, bi::list_member_hook<>, &PinHolder::hook>>;
+
+  void count(State s, const Block* b, int delta) noexcept;
+  // SPILLING -> RESIDENT: the copy under way is discarded when it completes.
+  void abort_spill(Block* b, const Lock&) noexcept;
+  bool could_change_locked() const noexcept;
+  // Launch pins on `b` held by threads other than those waiting inside the
+  // allocator: pins that will be released.
+  bool pinned_by_running_thread_locked(const Block* b) const noexcept;
+
+  // Rank 30 (lock_rank.h): alloc.uses is taken inside it; it is never
+  // taken inside another allocator lock.
+  mutable RankedMutex mu_{kRankBlocks, "alloc.blocks"};
+  std::condition_variable_any changed_;  // a move, a remap or a pin release finished
+  std::deque<Block> storage_;
+  PoolList pool_;
+  ResidentList resident_;  // RESIDENT and spillable
+  BlockCache cache_;
+  HolderList holders_;
+  std::uint64_t generation_ = 0;  // bumped by every change that may free device memory
+  std::atomic<int> rescuing_{0};
+  std::size_t moves_ = 0, spills_ = 0, fetches_queued_ = 0;
+  std::uint64_t state_blocks_[kStateCount] = {}, state_bytes_[kStateCount] = {};
+  std::uint64_t lifetime_bytes_[8] = {};
+  std::uint64_t aborted_ = 0, rescues_ = 0, host_full_ = 0;
+};
+
+template <class F>
+void BlockStates::drop_all(F&& destroy) {
+  std::vector<Block*> cached;
+  cache_.for_each([&](Block* b) { cached.push_back(b); });
+  for (Block* b : cached) cache_.erase(b);
+  resident_.clear();
+  pool_.clear();
+  for (Block& b : storage_)
+    if (b.va != 0) destroy(&b);
+}
+
+template <class F>
+std::uint64_t BlockStates::take_cached(std::uint64_t bytes, F&& take, const Lock&) {
+  std::vector<Block*> all;
+  cache_.for_each([&](Block* b) { all.push_back(b); });
+  std::uint64_t sum = 0;
+  for (auto it = all.rbegin(); it != all.rend() && sum < bytes; ++it) {
+    Block* b = *it;
+    if (b->ops_pending != 0) continue;  // an aborted spill's copy still reads it
+    cache_.erase(b);
+    sum += b->mapped;
+    take(b);
+  }
+  return sum;
+}
+
+template <class F>
+void BlockStates::for_each_resident(F&& f, const Lock&) {
+  for (Block& b : resident_) f(&b);
+}
+
+}  // namespace tierrt::alloc

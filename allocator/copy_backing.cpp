@@ -1,0 +1,43 @@
+#include "allocator/copy_backing.h"
+
+#include "driver/driver.h"
+
+namespace tierrt::alloc {
+
+CopyBacking::CopyBacking(DeviceArena& arena, std::uint64_t budget, std::uint64_t pinned_chunk) noexcept
+    : HostBacking(arena, budget) {
+  tier_.configure_pool(pinned_chunk, budget + pinned_chunk);
+}
+
+CUresult CopyBacking::prepare_spill(Block* b, HostCopy* to) noexcept {
+  to->buf = tier_.alloc_pinned(b->size);
+  return to->buf != nullptr ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+CUresult CopyBacking::copy_to_host(const Block& b, const HostCopy& to, CUstream s) noexcept {
+  return TIERRT_CU(cuMemcpyDtoHAsync, to.buf, b.va, b.size, s);
+}
+
+CUresult CopyBacking::leave_device(Block* b, const HostCopy&) noexcept {
+  return TIERRT_CU(cuMemUnmap, b->va, b->mapped);
+}
+
+CUresult CopyBacking::enter_device(Block* b, CUmemGenericAllocationHandle dev) noexcept {
+  return arena_.map(b->va, b->mapped, dev);
+}
+
+CUresult CopyBacking::copy_to_device(const Block& b, CUstream s) noexcept {
+  return TIERRT_CU(cuMemcpyHtoDAsync, b.va, b.host.buf, b.size, s);
+}
+
+void CopyBacking::undo_enter_device(Block* b) noexcept { (void)TIERRT_CU(cuMemUnmap, b->va, b->mapped); }
+
+void CopyBacking::release(Block*, HostCopy* c) noexcept {
+  if (c->buf != nullptr) tier_.free_pinned(c->buf);
+  budget_.release(c->bytes);
+  *c = HostCopy{};
+}
+
+void CopyBacking::destroy(Block* b) noexcept { release(b, &b->host); }
+
+}  // namespace tierrt::alloc

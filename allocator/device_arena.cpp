@@ -1,0 +1,146 @@
+#include "allocator/device_arena.h"
+
+#include <algorithm>
+#include <bit>
+#include <new>
+
+#include "driver/driver.h"
+
+namespace tierrt::alloc {
+
+namespace {
+
+CUmemAllocationProp device_chunk_prop(CUdevice dev) noexcept {
+  CUmemAllocationProp prop{};
+  prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  prop.location.id = dev;
+  return prop;
+}
+
+}  // namespace
+
+CUresult DeviceArena::init(std::uint64_t budget) noexcept {
+  CUresult r = TIERRT_CU(cuCtxGetCurrent, &ctx_);
+  if (r != CUDA_SUCCESS) return r;
+  if (ctx_ == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  if ((r = TIERRT_CU(cuCtxGetDevice, &dev_)) != CUDA_SUCCESS) return r;
+  const CUmemAllocationProp prop = device_chunk_prop(dev_);
+  r = TIERRT_CU(cuMemGetAllocationGranularity, &gran_, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+  if (r != CUDA_SUCCESS) return r;
+  if (gran_ == 0 || !std::has_single_bit(gran_)) return CUDA_ERROR_NOT_SUPPORTED;
+  table_.reset(new (std::nothrow) GranuleTable(std::countr_zero(gran_)));
+  if (table_ == nullptr || !table_->valid()) return CUDA_ERROR_OUT_OF_MEMORY;
+  std::size_t total = 0;
+  if ((r = TIERRT_CU(cuDeviceTotalMem, &total, dev_)) != CUDA_SUCCESS) return r;
+  budget_.set_limit(budget ? budget : total - std::min<std::size_t>(512u << 20, total / 16));
+  // Spares count against the budget; a rescue gives them back first.
+  spares_.set_limit(std::min<std::uint64_t>(1ull << 30, budget_.limit() / 4));
+  return CUDA_SUCCESS;
+}
+
+DeviceArena::~DeviceArena() { release_spares(UINT64_MAX); }
+
+CUresult DeviceArena::create_range(std::size_t bytes, std::uintptr_t owner, const Claimant& who,
+                                   DeviceRange* out) noexcept {
+  DeviceRange r{0, bytes, 0};
+  CUresult e = reserve_address(bytes, &r.va);
+  if (e != CUDA_SUCCESS) return e;
+  if ((e = obtain_chunk(bytes, &r.chunk, who)) != CUDA_SUCCESS) {
+    free_address(r.va, bytes);
+    return e;
+  }
+  if ((e = map(r.va, bytes, r.chunk)) != CUDA_SUCCESS) {
+    give_chunk(r.chunk, bytes);
+    free_address(r.va, bytes);
+    return e;
+  }
+  if (!table_->insert(r.va, bytes, owner)) {
+    (void)TIERRT_CU(cuMemUnmap, r.va, bytes);
+    give_chunk(r.chunk, bytes);
+    free_address(r.va, bytes);
+    return CUDA_ERROR_NOT_SUPPORTED;
+  }
+  *out = r;
+  return CUDA_SUCCESS;
+}
+
+void DeviceArena::destroy_range(const DeviceRange& r) noexcept {
+  table_->erase(r.va, r.bytes);
+  if (r.chunk != 0) {
+    (void)TIERRT_CU(cuMemUnmap, r.va, r.bytes);
+    release_chunk(r.chunk, r.bytes);
+  }
+  free_address(r.va, r.bytes);
+}
+
+bool DeviceArena::reserve(std::uint64_t bytes, const Claimant& who) noexcept {
+  while (!budget_.try_reserve(bytes)) {
+    const std::uint64_t short_by = bytes - std::min(bytes, budget_.available());
+    if (reclaimer_ == nullptr || !reclaimer_->make_room(short_by, who)) return budget_.try_reserve(bytes);
+  }
+  return true;
+}
+
+CUresult DeviceArena::create_chunk(std::size_t bytes, Handle* out, const Claimant& who) noexcept {
+  const CUmemAllocationProp prop = device_chunk_prop(dev_);
+  for (;;) {
+    const CUresult r = TIERRT_CU(cuMemCreate, out, bytes, &prop, 0ull);
+    // The driver is out of memory although the budget was not: free some.
+    if (r != CUDA_ERROR_OUT_OF_MEMORY || reclaimer_ == nullptr || !reclaimer_->make_room(bytes, who)) return r;
+  }
+}
+
+CUresult DeviceArena::obtain_chunk(std::size_t bytes, Handle* out, const Claimant& who) noexcept {
+  // A spare holds its share of the budget already (and a rescue would
+  // release it first).
+  if (spares_.take(bytes, out)) return CUDA_SUCCESS;
+  if (!reserve(bytes, who)) return CUDA_ERROR_OUT_OF_MEMORY;
+  const CUresult r = create_chunk(bytes, out, who);
+  if (r != CUDA_SUCCESS) budget_.release(bytes);
+  return r;
+}
+
+void DeviceArena::give_chunk(Handle h, std::size_t bytes) noexcept {
+  if (!spares_.give(h, bytes)) release_chunk(h, bytes);
+}
+
+void DeviceArena::release_chunk(Handle h, std::size_t bytes) noexcept {
+  (void)TIERRT_CU(cuMemRelease, h);
+  budget_.release(bytes);
+}
+
+std::uint64_t DeviceArena::release_spares(std::uint64_t bytes) noexcept {
+  std::uint64_t sum = 0;
+  for (auto& [n, h] : spares_.take_all(bytes)) {
+    release_chunk(h, n);
+    sum += n;
+  }
+  return sum;
+}
+
+CUresult DeviceArena::map(CUdeviceptr va, std::size_t bytes, Handle h, const CUmemLocation* host) noexcept {
+  CUresult r = TIERRT_CU(cuMemMap, va, bytes, 0, h, 0ull);
+  if (r != CUDA_SUCCESS) return r;
+  CUmemAccessDesc acc[2]{};
+  acc[0].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  acc[0].location.id = dev_;
+  acc[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  if (host != nullptr) {
+    acc[1].location = *host;
+    acc[1].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  }
+  r = TIERRT_CU(cuMemSetAccess, va, bytes, acc, host != nullptr ? 2 : 1);
+  if (r != CUDA_SUCCESS) (void)TIERRT_CU(cuMemUnmap, va, bytes);
+  return r;
+}
+
+CUresult DeviceArena::reserve_address(std::size_t bytes, CUdeviceptr* va) noexcept {
+  return TIERRT_CU(cuMemAddressReserve, va, bytes, gran_, CUdeviceptr{0}, 0ull);
+}
+
+void DeviceArena::free_address(CUdeviceptr va, std::size_t bytes) noexcept {
+  (void)TIERRT_CU(cuMemAddressFree, va, bytes);
+}
+
+}  // namespace tierrt::alloc

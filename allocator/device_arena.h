@@ -1,0 +1,109 @@
+// The device side of the allocator: the context and its device, address
+// ranges, the physical chunks behind them (new, or spares an earlier spill
+// left), the device budget those chunks are held against, and the table that
+// maps any device pointer to whoever owns its granule.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+
+#include "allocator/block.h"
+#include "allocator/budget.h"
+#include "allocator/chunk_spares.h"
+#include "allocator/granule_table.h"
+
+namespace tierrt::alloc {
+
+// Who asks for device memory, as the rescue needs to know: whether it may
+// spill other blocks to make room, and which blocks it holds pinned (a
+// launch being made resident), which only it can unpin.
+struct Claimant {
+  bool may_spill = true;
+  std::span<Block* const> pinned = {};
+};
+
+// Gives device memory back when a reservation does not fit (the allocator's
+// rescue: trim caches and spares, spill idle blocks).
+class Reclaimer {
+ public:
+  // Returns once device memory was freed or something that may free some
+  // changed (true), or at once when nothing can (false).
+  virtual bool make_room(std::uint64_t bytes, const Claimant& who) noexcept = 0;
+
+ protected:
+  ~Reclaimer() = default;
+};
+
+// A mapped VA range and the chunk behind it.
+struct DeviceRange {
+  CUdeviceptr va = 0;
+  std::size_t bytes = 0;
+  CUmemGenericAllocationHandle chunk = 0;
+};
+
+class DeviceArena {
+ public:
+  using Handle = CUmemGenericAllocationHandle;
+
+  DeviceArena() = default;
+  DeviceArena(const DeviceArena&) = delete;
+  DeviceArena& operator=(const DeviceArena&) = delete;
+  ~DeviceArena();
+
+  // Binds to the context current on the calling thread. budget: 0 for the
+  // device's memory less a reserve.
+  CUresult init(std::uint64_t budget) noexcept;
+  void set_reclaimer(Reclaimer* r) noexcept { reclaimer_ = r; }
+
+  CUcontext context() const noexcept { return ctx_; }
+  CUdevice device() const noexcept { return dev_; }
+  std::size_t granularity() const noexcept { return gran_; }
+  std::size_t round_up(std::size_t bytes) const noexcept { return (bytes + gran_ - 1) / gran_ * gran_; }
+  GranuleTable& table() noexcept { return *table_; }
+  const GranuleTable& table() const noexcept { return *table_; }
+  const Budget& budget() const noexcept { return budget_; }
+  std::uint64_t spare_bytes() const noexcept { return spares_.bytes(); }
+
+  // A new range of `bytes` (a multiple of the granularity) with its own
+  // chunk, mapped read-write for the device and entered in the table as
+  // `owner`. Nothing is left behind on failure.
+  CUresult create_range(std::size_t bytes, std::uintptr_t owner, const Claimant& who,
+                        DeviceRange* out) noexcept;
+  // Unmaps, releases and forgets a range create_range made (chunk 0: a
+  // range whose chunk is gone already).
+  void destroy_range(const DeviceRange& r) noexcept;
+
+  // A chunk of `bytes` held against the budget: a spare of that size, or a
+  // new one (the reclaimer makes room when it does not fit).
+  CUresult obtain_chunk(std::size_t bytes, Handle* out, const Claimant& who) noexcept;
+  // A chunk nobody maps any more: kept as a spare, or released.
+  void give_chunk(Handle h, std::size_t bytes) noexcept;
+  // Returns a chunk to the driver and its bytes to the budget.
+  void release_chunk(Handle h, std::size_t bytes) noexcept;
+  // Returns spares to the driver, largest first, until `bytes` (or all).
+  std::uint64_t release_spares(std::uint64_t bytes) noexcept;
+
+  // Maps `h` at `va`, read-write for the device and, when `host` is not
+  // null, for that host location too.
+  CUresult map(CUdeviceptr va, std::size_t bytes, Handle h, const CUmemLocation* host = nullptr) noexcept;
+  CUresult reserve_address(std::size_t bytes, CUdeviceptr* va) noexcept;
+  void free_address(CUdeviceptr va, std::size_t bytes) noexcept;
+
+ private:
+  bool reserve(std::uint64_t bytes, const Claimant& who) noexcept;
+  CUresult create_chunk(std::size_t bytes, Handle* out, const Claimant& who) noexcept;
+
+  CUcontext ctx_ = nullptr;
+  CUdevice dev_ = 0;
+  std::size_t gran_ = 2u << 20;
+  std::unique_ptr<GranuleTable> table_;
+  Budget budget_;
+  ChunkSpares spares_;  // unmapped chunks; their bytes stay held against the budget
+  Reclaimer* reclaimer_ = nullptr;
+};
+
+}  // namespace tierrt::alloc

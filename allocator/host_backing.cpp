@@ -1,0 +1,29 @@
+#include "allocator/host_backing.h"
+
+#include <unistd.h>
+
+#include <new>
+
+#include "allocator/copy_backing.h"
+#include "allocator/remap_backing.h"
+
+namespace tierrt::alloc {
+
+std::unique_ptr<HostBacking> HostBacking::create(const Options& opt, DeviceArena& arena) noexcept {
+  const std::uint64_t ram =
+      static_cast<std::uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
+  const std::uint64_t budget = opt.host_budget ? opt.host_budget : ram / 2;
+  CUmemLocation where{};
+  if (opt.mode != SpillMode::Copy && RemapBacking::supported(arena, &where))
+    return std::unique_ptr<HostBacking>(new (std::nothrow) RemapBacking(arena, budget, where));
+  return std::unique_ptr<HostBacking>(new (std::nothrow) CopyBacking(arena, budget, opt.pinned_chunk));
+}
+
+bool HostBacking::reserve(const Block& b, HostCopy* to) noexcept {
+  to->bytes = host_bytes(b);
+  if (budget_.try_reserve(to->bytes)) return true;
+  to->bytes = 0;
+  return false;
+}
+
+}  // namespace tierrt::alloc

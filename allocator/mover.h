@@ -1,0 +1,102 @@
+// The mover: spills and fetches. A move is started on the caller's thread
+// (the copy enqueued on the D2H or H2D stream, which wait on the block's use
+// events) and finalised on the mover's own thread once the copy completed:
+// a spill then takes the VA off its device chunk, a fetch makes the block
+// RESIDENT. State changes go through BlockStates; what differs between remap
+// and copy spilling is the HostBacking's.
+//
+// Rules kept here:
+// - a spill's copy waits on the block's use events, and its device chunk is
+//   unmapped only once that copy completed, which implies every earlier use
+//   completed; a use after the spill started aborts the spill instead;
+// - the VA is never left unmapped while work may be enqueued against it:
+//   launches pin blocks (no spill starts on a pinned block) and a remap
+//   waits for pins to drop and blocks new ones (Block::remapping);
+// - a fetch hands back its event; consumers wait on it with
+//   cuStreamWaitEvent, never on the host.
+#pragma once
+
+#include <cuda.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <span>
+
+#include "allocator/allocator.h"
+#include "allocator/block_states.h"
+#include "allocator/device_arena.h"
+#include "allocator/host_backing.h"
+#include "allocator/use_tracker.h"
+
+namespace tierrt::alloc {
+
+class Mover {
+ public:
+  Mover(BlockStates& blocks, DeviceArena& arena, HostBacking& backing, UseTracker& uses) noexcept
+      : blocks_(blocks), arena_(arena), backing_(backing), uses_(uses) {}
+  Mover(const Mover&) = delete;
+  Mover& operator=(const Mover&) = delete;
+  ~Mover();
+
+  // The copy streams and the mover's thread.
+  CUresult start() noexcept;
+  // Finalises every move under way and ends the thread.
+  void stop() noexcept;
+
+  SpillResult spill(Block* b) noexcept;
+  // Makes `consumer` (if not null) wait for the block's bytes: a fetch is
+  // started when it is spilled. `demand`: a launch needs it now (it may
+  // spill others to make room); `pinned`: blocks that launch holds pinned.
+  CUresult fetch(Block* b, CUstream consumer, bool demand, std::span<Block* const> pinned = {}) noexcept;
+
+  void set_observer(MoveObserver* o) noexcept { observer_.store(o, std::memory_order_release); }
+  MoveObserver* observer() const noexcept { return observer_.load(std::memory_order_acquire); }
+  CUstream fetch_stream() const noexcept { return h2d_; }
+  void fill_stats(Stats* s) const noexcept;
+
+ private:
+  struct Op;
+  // spill
+  SpillResult claim_for_spill(Op* op, UseSlot* uses, int* nuses) noexcept;
+  SpillResult enqueue_spill(Op* op, UseSlot* uses, int nuses) noexcept;
+  void undo_spill(Op* op, SpillResult why) noexcept;
+  // fetch
+  CUresult claim_for_fetch(Block* b, bool demand, std::span<Block* const> pinned, Op** op,
+                           UseEvent** ready) noexcept;
+  CUresult enqueue_fetch(Op* op, bool demand, std::span<Block* const> pinned) noexcept;
+  void undo_fetch(Op* op) noexcept;
+  UseEvent* publish_fetch(Op* op) noexcept;
+  // The event that completes with the copy just enqueued on `s`.
+  CUresult record_done(Op* op, CUstream s) noexcept;
+  // the mover thread
+  void queue(Op* op) noexcept;
+  void run() noexcept;
+  void finalize(Op* op) noexcept;
+  void finalize_spill(Op* op) noexcept;
+  void finalize_fetch(Op* op) noexcept;
+  void report(const Op& op) noexcept;
+
+  BlockStates& blocks_;
+  DeviceArena& arena_;
+  HostBacking& backing_;
+  UseTracker& uses_;
+  CUstream d2h_ = nullptr, h2d_ = nullptr;
+  std::atomic<MoveObserver*> observer_{nullptr};
+
+  // Rank 40 (lock_rank.h): nothing is taken inside it; the mover thread
+  // finalises with it released.
+  RankedMutex queue_mu_{kRankMoveQueue, "alloc.move_queue"};
+  std::condition_variable_any queued_;
+  std::deque<Op*> queue_;
+  bool stopping_ = false;
+  pthread_t thread_{};
+  bool running_ = false;
+
+  std::atomic<std::uint64_t> spills_{0}, fetches_{0}, demand_fetches_{0};
+  std::atomic<std::uint64_t> bytes_spilled_{0}, bytes_fetched_{0};
+};
+
+}  // namespace tierrt::alloc

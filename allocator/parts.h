@@ -1,0 +1,68 @@
+// Internal: what the Allocator facade composes, each part with one job:
+//   DeviceArena  address ranges, device chunks and spares, the device budget
+//   UseTracker   use events per block and stream, copy timers
+//   HostBacking  where spilled bytes live (remap or copy)
+//   BlockStates  the state machine, the resident list, the cache
+//   SlabPools    small allocations
+//   Mover        spills and fetches, and the thread that finalises them
+// and the rescue (rescue.cpp), which gives device memory back when a
+// reservation does not fit. Member order is destruction order, reversed.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <span>
+#include <unordered_set>
+
+#include "allocator/allocator.h"
+#include "allocator/block_states.h"
+#include "allocator/device_arena.h"
+#include "allocator/host_backing.h"
+#include "allocator/mover.h"
+#include "allocator/slab_pools.h"
+#include "allocator/use_tracker.h"
+
+namespace tierrt::alloc {
+
+struct Allocator::Parts final : Reclaimer {
+  explicit Parts(const Options& o) noexcept : opt(o) {}
+  ~Parts();
+  CUresult init() noexcept;
+
+  // allocator.cpp
+  CUresult allocate_raw(CUdeviceptr* out, std::size_t bytes) noexcept;
+  CUresult free_raw(CUdeviceptr p) noexcept;
+  CUresult allocate_block(CUdeviceptr* out, std::size_t bytes, CUstream s, bool spillable) noexcept;
+  CUresult reuse_cached(std::size_t mapped, std::size_t bytes, bool spillable, CUstream s, Block** out) noexcept;
+  CUresult create_block(std::size_t mapped, std::size_t bytes, bool spillable, Block** out) noexcept;
+  CUresult free_block(Block* b, CUdeviceptr p, CUstream s) noexcept;
+  // Releases everything the block holds; it must be out of every list.
+  void destroy_block(Block* b) noexcept;
+
+  // residency.cpp: the slow path of ensure_resident, for one block;
+  // `pinned`: the launch's blocks pinned already.
+  CUresult make_resident(Block* b, CUstream s, std::span<Block* const> pinned) noexcept;
+  CUresult pin_when_usable(Block* b, std::span<Block* const> pinned, UseEvent** ready) noexcept;
+  void note_late_fetch(Block* b, UseEvent* ready) noexcept;
+
+  // rescue.cpp
+  bool make_room(std::uint64_t bytes, const Claimant& who) noexcept override;
+  bool spill_coldest(std::uint64_t bytes) noexcept;
+  std::uint64_t trim(std::uint64_t bytes) noexcept;
+
+  const Options opt;
+  DeviceArena arena;
+  UseTracker uses;
+  std::unique_ptr<HostBacking> backing;
+  BlockStates blocks;
+  SlabPools slabs{arena};
+  std::unique_ptr<Mover> mover;
+
+  // Rank 10 (lock_rank.h): nothing is taken inside it.
+  RankedMutex raw_mu{kRankPassThrough, "alloc.pass_through"};
+  std::unordered_set<CUdeviceptr> raw;  // pass-through allocations
+
+  std::atomic<std::uint64_t> allocs{0}, cache_hits{0}, blocks_made{0}, trimmed{0};
+};
+
+}  // namespace tierrt::alloc

@@ -1,0 +1,36 @@
+// Remap spilling: the host copy is a host physical chunk, mapped at a second
+// VA (the shadow) for the copies and, while the block is spilled, at the
+// block's own VA, so that any access still works, over the link.
+#pragma once
+
+#include "allocator/host_backing.h"
+
+namespace tierrt::alloc {
+
+class RemapBacking final : public HostBacking {
+ public:
+  // Whether host VMM works on the arena's device: creates a host chunk at
+  // the location it should (the device's NUMA node where known).
+  static bool supported(const DeviceArena& arena, CUmemLocation* where) noexcept;
+
+  RemapBacking(DeviceArena& arena, std::uint64_t budget, CUmemLocation where) noexcept;
+  SpillMode mode() const noexcept override { return SpillMode::Remap; }
+
+  CUresult prepare_spill(Block* b, HostCopy* to) noexcept override;
+  CUresult copy_to_host(const Block& b, const HostCopy& to, CUstream s) noexcept override;
+  CUresult leave_device(Block* b, const HostCopy& to) noexcept override;
+  CUresult enter_device(Block* b, CUmemGenericAllocationHandle dev) noexcept override;
+  CUresult copy_to_device(const Block& b, CUstream s) noexcept override;
+  void undo_enter_device(Block* b) noexcept override;
+  void release(Block* b, HostCopy* c) noexcept override;
+  void destroy(Block* b) noexcept override;
+
+ private:
+  std::uint64_t host_bytes(const Block& b) const noexcept override { return b.mapped; }
+  // Maps the host chunk at `va`, for the device and the host.
+  CUresult map_host(CUdeviceptr va, std::size_t bytes, CUmemGenericAllocationHandle h) noexcept;
+
+  CUmemLocation where_;
+};
+
+}  // namespace tierrt::alloc

@@ -1,0 +1,75 @@
+// The rescue: gives device memory back when a reservation does not fit.
+// First what costs no copy (spare chunks, cached freed blocks), then spills
+// of the coldest idle blocks. When every candidate is busy for now it waits
+// for what may change that (a move finishing, launch pins released) and
+// gives up only when nothing can: no wall-clock limit decides.
+#include <algorithm>
+#include <vector>
+
+#include "allocator/parts.h"
+#include "driver/driver.h"
+
+namespace tierrt::alloc {
+
+bool Allocator::Parts::make_room(std::uint64_t bytes, const Claimant& who) noexcept {
+  const BlockStates::Rescuing rescuing(blocks);  // before looking at any pin
+  const std::uint64_t freed = trim(bytes);
+  if (freed >= bytes || !who.may_spill) return freed > 0;
+  if (spill_coldest(bytes - freed)) {
+    blocks.wait_spills_done();  // their device memory is released by then
+    return true;
+  }
+  if (freed > 0) return true;
+  auto l = blocks.lock();
+  return blocks.wait_for_change(rescuing.seen(), l, who.pinned);
+}
+
+bool Allocator::Parts::spill_coldest(std::uint64_t bytes) noexcept {
+  struct Candidate {
+    Block* b;
+    std::uint64_t last_use, mapped;
+  };
+  std::vector<Candidate> idle;
+  {
+    auto l = blocks.lock();
+    blocks.for_each_resident(
+        [&](Block* b) {
+          if (b->captured || b->user_pins != 0 || b->ops_pending != 0 || b->pins.load() != 0 ||
+              b->ready.load() != nullptr)
+            return;
+          idle.push_back({b, b->last_use.load(std::memory_order_relaxed), b->mapped});
+        },
+        l);
+  }
+  std::sort(idle.begin(), idle.end(), [](const Candidate& x, const Candidate& y) { return x.last_use < y.last_use; });
+  std::uint64_t started = 0;
+  for (const Candidate& c : idle) {
+    if (started >= bytes) break;
+    const SpillResult r = mover->spill(c.b);
+    if (r == SpillResult::Started) started += c.mapped;
+    if (r == SpillResult::HostFull) break;
+  }
+  return started > 0;
+}
+
+std::uint64_t Allocator::Parts::trim(std::uint64_t bytes) noexcept {
+  std::uint64_t sum = arena.release_spares(bytes);  // nothing uses them
+  std::vector<Block*> victims;
+  if (sum < bytes) {
+    auto l = blocks.lock();
+    sum += blocks.take_cached(bytes - sum, [&](Block* b) { victims.push_back(b); }, l);
+  }
+  if (!victims.empty()) {
+    // Work that used them (or ran on the streams that freed them) finishes
+    // before their memory is unmapped.
+    (void)TIERRT_CU(cuCtxSynchronize);
+    for (Block* b : victims) {
+      uses.forget(b, /*synchronize=*/false);
+      destroy_block(b);
+    }
+  }
+  trimmed.fetch_add(sum, std::memory_order_relaxed);
+  return sum;
+}
+
+}  // namespace tierrt::alloc

@@ -1,0 +1,207 @@
+#include "allocator/use_tracker.h"
+
+#include <cassert>
+
+#include "driver/driver.h"
+
+namespace tierrt::alloc {
+
+UseTracker::~UseTracker() {
+  for (UseEvent& e : storage_)
+    if (e.ev != nullptr) (void)TIERRT_CU(cuEventDestroy, e.ev);
+  for (CUevent e : timing_free_) (void)TIERRT_CU(cuEventDestroy, e);
+}
+
+UseEvent* UseTracker::pop_free_locked() noexcept {
+  UseEvent* e = free_;
+  if (e != nullptr) {
+    free_ = e->next_free;
+    e->refs.store(1, std::memory_order_relaxed);
+  }
+  return e;
+}
+
+UseEvent* UseTracker::acquire() noexcept {
+  {
+    std::lock_guard<RankedMutex> g(mu_);
+    if (UseEvent* e = pop_free_locked()) return e;
+  }
+  CUevent ev = nullptr;
+  if (TIERRT_CU(cuEventCreate, &ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS) return nullptr;
+  std::lock_guard<RankedMutex> g(mu_);
+  UseEvent& e = storage_.emplace_back();
+  e.ev = ev;
+  e.refs.store(1, std::memory_order_relaxed);
+  return &e;
+}
+
+void UseTracker::unref_locked(UseEvent* e) noexcept {
+  if (e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    e->next_free = free_;
+    free_ = e;
+  }
+}
+
+void UseTracker::unref(UseEvent* e) noexcept {
+  if (e == nullptr || e->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  std::lock_guard<RankedMutex> g(mu_);
+  e->next_free = free_;
+  free_ = e;
+}
+
+bool UseTracker::Chain::has(const UseEvent* e) const noexcept {
+  for (int i = 0; i < n; ++i)
+    if (ev[i] == e) return true;
+  return false;
+}
+
+namespace {
+
+int slot_of(const Block* b, CUstream s) noexcept {
+  for (int i = 0; i < b->nuses; ++i)
+    if (b->uses[i].stream == s) return i;
+  return -1;
+}
+
+}  // namespace
+
+void UseTracker::collect_chain_locked(std::span<Block* const> blocks, CUstream s, Chain* c) noexcept {
+  for (Block* b : blocks) {
+    if (b->nuses < kMaxUseSlots || slot_of(b, s) >= 0) continue;
+    UseEvent* oldest = b->uses[0].ev;
+    if (c->n < kMaxChain && !c->has(oldest)) {
+      ref(oldest);
+      c->ev[c->n++] = oldest;
+    }
+  }
+}
+
+std::size_t UseTracker::store_locked(std::span<Block* const> blocks, std::size_t first, CUstream s, UseEvent* e,
+                                     const Chain& c, UseEvent** late) noexcept {
+  const std::uint64_t now = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
+  for (std::size_t i = first; i < blocks.size(); ++i) {
+    Block* b = blocks[i];
+    assert(b->nuses >= 0 && b->nuses <= kMaxUseSlots);
+    const int slot = slot_of(b, s);
+    if (slot >= 0) {
+      unref_locked(b->uses[slot].ev);
+      b->uses[slot].ev = e;
+    } else if (b->nuses < kMaxUseSlots) {
+      b->uses[b->nuses++] = UseSlot{s, e};
+    } else if (c.has(b->uses[0].ev)) {
+      unref_locked(b->uses[0].ev);  // `s` waited on it: `e` implies it
+      b->uses[0] = UseSlot{s, e};
+    } else {
+      if (*late != nullptr) return i;  // one at a time: the caller waits for it
+      *late = b->uses[0].ev;           // the block's reference passes to the caller
+      b->uses[0] = UseSlot{s, e};
+    }
+    ref(e);
+    b->last_use.store(now, std::memory_order_relaxed);
+  }
+  return blocks.size();
+}
+
+CUresult UseTracker::record(std::span<Block* const> blocks, CUstream s) noexcept {
+  Chain chain;
+  UseEvent* e = nullptr;
+  {
+    std::lock_guard<RankedMutex> g(mu_);
+    e = pop_free_locked();
+    collect_chain_locked(blocks, s, &chain);
+  }
+  if (e == nullptr) e = acquire();
+  CUresult r = e != nullptr ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+  for (int i = 0; i < chain.n && r == CUDA_SUCCESS; ++i) r = TIERRT_CU(cuStreamWaitEvent, s, chain.ev[i]->ev, 0u);
+  if (r == CUDA_SUCCESS) r = TIERRT_CU(cuEventRecord, e->ev, s);
+  // Another recorder may have filled a block's slots since the chain was
+  // collected: the host waits for the slot it displaces, one at a time.
+  for (std::size_t next = 0; r == CUDA_SUCCESS && next < blocks.size();) {
+    UseEvent* late = nullptr;
+    {
+      std::lock_guard<RankedMutex> g(mu_);
+      next = store_locked(blocks, next, s, e, chain, &late);
+    }
+    if (late != nullptr) {
+      (void)TIERRT_CU(cuEventSynchronize, late->ev);
+      unref(late);
+    }
+  }
+  for (int i = 0; i < chain.n; ++i) unref(chain.ev[i]);
+  unref(e);
+  return r;
+}
+
+int UseTracker::take_refs(Block* b, UseSlot* out, CUstream except) noexcept {
+  std::lock_guard<RankedMutex> g(mu_);
+  return take_refs_owned(b, out, except);
+}
+
+CUresult UseTracker::wait_then_unref(CUstream s, std::span<const UseSlot> uses) noexcept {
+  CUresult r = CUDA_SUCCESS;
+  for (const UseSlot& u : uses) {
+    if (r == CUDA_SUCCESS) r = TIERRT_CU(cuStreamWaitEvent, s, u.ev->ev, 0u);
+    unref(u.ev);
+  }
+  return r;
+}
+
+void UseTracker::forget(Block* b, bool synchronize) noexcept {
+  UseSlot uses[kMaxUseSlots];
+  int n = 0;
+  {
+    std::lock_guard<RankedMutex> g(mu_);
+    for (; n < b->nuses; ++n) uses[n] = b->uses[n];
+    b->nuses = 0;
+  }
+  for (int i = 0; i < n; ++i) {
+    if (synchronize) (void)TIERRT_CU(cuEventSynchronize, uses[i].ev->ev);
+    unref(uses[i].ev);
+  }
+}
+
+bool UseTracker::try_adopt(Block* b, CUstream s, UseEvent* e) noexcept {
+  std::lock_guard<RankedMutex> g(mu_);
+  if (b->nuses == kMaxUseSlots) return false;
+  b->uses[b->nuses++] = UseSlot{s, e};
+  return true;
+}
+
+CopyTimer UseTracker::start_timer(CUstream s) noexcept {
+  CUevent pair[2] = {nullptr, nullptr};
+  {
+    std::lock_guard<RankedMutex> g(mu_);
+    for (CUevent& e : pair)
+      if (!timing_free_.empty()) {
+        e = timing_free_.back();
+        timing_free_.pop_back();
+      }
+  }
+  for (CUevent& e : pair)
+    if (e == nullptr && TIERRT_CU(cuEventCreate, &e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) e = nullptr;
+  CopyTimer t{pair[0], pair[1]};
+  if (t.begin == nullptr || t.end == nullptr || TIERRT_CU(cuEventRecord, t.begin, s) != CUDA_SUCCESS) release(&t);
+  return t;
+}
+
+void UseTracker::stop_timer(CopyTimer* t, CUstream s) noexcept {
+  if (t->end != nullptr && TIERRT_CU(cuEventRecord, t->end, s) != CUDA_SUCCESS) release(t);
+}
+
+std::uint64_t UseTracker::elapsed_ns(const CopyTimer& t) noexcept {
+  float ms = 0;
+  if (t.begin == nullptr || t.end == nullptr) return 0;
+  if (TIERRT_CU(cuEventElapsedTime, &ms, t.begin, t.end) != CUDA_SUCCESS || !(ms > 0)) return 0;
+  return static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6);
+}
+
+void UseTracker::release(CopyTimer* t) noexcept {
+  std::lock_guard<RankedMutex> g(mu_);
+  for (CUevent* e : {&t->begin, &t->end})
+    if (*e != nullptr) {
+      timing_free_.push_back(*e);
+      *e = nullptr;
+    }
+}
+
+}  // namespace tierrt::alloc

@@ -1,0 +1,106 @@
+// Which work may still use each block: per block, one slot per stream holding
+// the event recorded after that stream's last use. A spill's copy waits on
+// them, a cached block reused on another stream waits on them, and a remap
+// waits for them on the host. Events are pooled and reference-counted: one
+// event is shared by every block a launch named. Also the timing-event pairs
+// that measure the mover's copies.
+#pragma once
+
+#include <cuda.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <span>
+#include <vector>
+
+#include "allocator/block.h"
+#include "allocator/lock_rank.h"
+#include "allocator/ranked_mutex.h"
+
+namespace tierrt::alloc {
+
+// Two timing-enabled events around one copy; both null when none could be
+// made or recorded (measuring is optional).
+struct CopyTimer {
+  CUevent begin = nullptr, end = nullptr;
+};
+
+class UseTracker {
+ public:
+  UseTracker() = default;
+  UseTracker(const UseTracker&) = delete;
+  UseTracker& operator=(const UseTracker&) = delete;
+  ~UseTracker();  // every event must have been given back
+
+  // An event with one reference, or null when none can be made.
+  UseEvent* acquire() noexcept;
+  static void ref(UseEvent* e) noexcept { e->refs.fetch_add(1, std::memory_order_relaxed); }
+  void unref(UseEvent* e) noexcept;
+
+  // Records that work just enqueued on `s` uses the blocks. The caller
+  // keeps them pinned meanwhile, so that no spill starts.
+  CUresult record(std::span<Block* const> blocks, CUstream s) noexcept;
+  // The block's uses on streams other than `except` (all when null), each
+  // with a reference for the caller; returns how many.
+  int take_refs(Block* b, UseSlot* out, CUstream except = nullptr) noexcept;
+  // The same for a block the caller has just taken from the cache: nothing
+  // may use a freed block, so nobody else touches its slots (no lock).
+  static int take_refs_owned(const Block* b, UseSlot* out, CUstream except) noexcept {
+    int n = 0;
+    for (int i = 0; i < b->nuses; ++i)
+      if (except == nullptr || b->uses[i].stream != except) {
+        ref(b->uses[i].ev);
+        out[n++] = b->uses[i];
+      }
+    return n;
+  }
+  // Makes `s` wait for each event (until one fails) and drops the references.
+  CUresult wait_then_unref(CUstream s, std::span<const UseSlot> uses) noexcept;
+  // Forgets the block's uses; with `synchronize`, the host waits for each.
+  void forget(Block* b, bool synchronize) noexcept;
+  // A fetch's copy on `s` becomes a use of the block: the caller's reference
+  // to `e` passes to the block. False when its slots are full (the caller
+  // then waits for `e` on the host).
+  bool try_adopt(Block* b, CUstream s, UseEvent* e) noexcept;
+  // Stamps the block as used now: its place in the rescue's coldest-first
+  // order (as recent as the last recorded use).
+  void touch(Block* b) noexcept {
+    b->last_use.store(clock_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
+
+  // Records the begin event of a copy about to be enqueued on `s`.
+  CopyTimer start_timer(CUstream s) noexcept;
+  // Records the end event after the copy (clears the timer on failure).
+  void stop_timer(CopyTimer* t, CUstream s) noexcept;
+  // The copy's device time once it completed; 0 when unknown.
+  static std::uint64_t elapsed_ns(const CopyTimer& t) noexcept;
+  void release(CopyTimer* t) noexcept;
+
+ private:
+  static constexpr int kMaxChain = 16;
+  // Events a stream waits on before its use is recorded: the oldest slot of
+  // blocks whose slots are full (the new event then implies them).
+  struct Chain {
+    UseEvent* ev[kMaxChain];
+    int n = 0;
+    bool has(const UseEvent* e) const noexcept;
+  };
+  UseEvent* pop_free_locked() noexcept;
+  void unref_locked(UseEvent* e) noexcept;
+  void collect_chain_locked(std::span<Block* const> blocks, CUstream s, Chain* c) noexcept;
+  // Stores `e` as each block's use on `s`, from `first` on; stops where a
+  // slot whose event is not in the chain would have to be dropped, handing
+  // that event to `late` (the host waits for it). Returns where it stopped.
+  std::size_t store_locked(std::span<Block* const> blocks, std::size_t first, CUstream s, UseEvent* e,
+                           const Chain& c, UseEvent** late) noexcept;
+
+  // Rank 50 (lock_rank.h): taken inside alloc.blocks; nothing inside it.
+  RankedMutex mu_{kRankUses, "alloc.uses"};
+  UseEvent* free_ = nullptr;         // pooled events (refs 0)
+  std::deque<UseEvent> storage_;     // type-stable: events are never deleted
+  std::vector<CUevent> timing_free_;
+  std::atomic<std::uint64_t> clock_{0};
+};
+
+}  // namespace tierrt::alloc

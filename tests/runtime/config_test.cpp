@@ -1,0 +1,64 @@
+// The configuration parser on its own: byte sizes with units and
+// percentages, and the one-line refusal of a bad value.
+#include "runtime/config.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tierrt::config {
+namespace {
+
+std::uint64_t bytes(std::string_view v) {
+  std::string err;
+  auto b = parse_byte_size("X", v, true, &err);
+  EXPECT_TRUE(b.has_value()) << err;
+  return b ? b->resolve(1000) : 0;
+}
+
+TEST(ConfigBytes, UnitsAndPercent) {
+  EXPECT_EQ(bytes("1073741824"), 1073741824u);
+  EXPECT_EQ(bytes("512MiB"), 512ull << 20);
+  EXPECT_EQ(bytes(" 1.5 GiB "), 3ull << 29);
+  EXPECT_EQ(bytes("64k"), 64ull << 10);
+  EXPECT_EQ(bytes("2GB"), 2000000000u);
+  EXPECT_EQ(bytes("3 b"), 3u);
+  EXPECT_EQ(bytes("1TiB"), 1ull << 40);
+  EXPECT_EQ(bytes("90%"), 900u);
+  EXPECT_EQ(bytes("100%"), 1000u);
+}
+
+TEST(ConfigBytes, ErrorsNameTheVariableTheValueAndTheForms) {
+  std::string err;
+  EXPECT_FALSE(parse_byte_size("TIERRT_DEVICE_BUDGET", "12 parsecs", true, &err));
+  EXPECT_NE(err.find("TIERRT_DEVICE_BUDGET"), std::string::npos);
+  EXPECT_NE(err.find("12 parsecs"), std::string::npos);
+  EXPECT_NE(err.find("GiB"), std::string::npos);
+  EXPECT_NE(err.find('%'), std::string::npos);
+  EXPECT_EQ(err.find('\n'), std::string::npos);
+  for (const char* bad : {"", "-1", "1e9", "0%", "101%", "1.5", "0.5B", "GiB", "1..2M"})
+    EXPECT_FALSE(parse_byte_size("V", bad, true, &err)) << bad;
+  EXPECT_FALSE(parse_byte_size("TIERRT_MIN_BYTES", "50%", false, &err));
+  EXPECT_EQ(err.find("percentage"), std::string::npos);
+  EXPECT_FALSE(parse_byte_size("V", "99999999999TiB", false, &err));
+}
+
+TEST(ConfigChoice, CaseAndBlanksDoNotMatter) {
+  std::string err;
+  EXPECT_EQ(parse_choice("V", "copy", {"auto", "remap", "copy"}, &err), 2);
+  EXPECT_EQ(parse_choice("V", " Remap ", {"auto", "remap", "copy"}, &err), 1);
+  EXPECT_EQ(parse_choice("V", "AUTO", {"auto", "remap", "copy"}, &err), 0);
+  EXPECT_EQ(normalized("\t PCIe5 "), "pcie5");
+}
+
+TEST(ConfigChoice, RefusalIsOneLineNamingTheChoices) {
+  std::string err;
+  EXPECT_FALSE(parse_choice("TIERRT_MODE", "on", {"off", "observe", "tier"}, &err));
+  EXPECT_EQ(err, "tierrt: TIERRT_MODE=\"on\" is not accepted; expected one of off, observe, tier");
+  EXPECT_EQ(refusal("TIERRT_LINK", "x", "pcie5 or c2c"), "tierrt: TIERRT_LINK=\"x\" is not accepted; expected pcie5 or c2c");
+}
+
+}  // namespace
+}  // namespace tierrt::config
