@@ -36,6 +36,8 @@ extern "C" CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int
   X(cuLaunchKernelEx_ptsz, cuLaunchKernelEx)                                         \
   X(cuLaunchCooperativeKernel, cuLaunchCooperativeKernel)                            \
   X(cuLaunchCooperativeKernel_ptsz, cuLaunchCooperativeKernel)                       \
+  X(cuGraphLaunch, cuGraphLaunch)                                                    \
+  X(cuGraphLaunch_ptsz, cuGraphLaunch)                                               \
   X(cuMemcpy, cuMemcpy)                                                              \
   X(cuMemcpy_ptds, cuMemcpy)                                                         \
   X(cuMemcpyAsync, cuMemcpyAsync)                                                    \
@@ -90,6 +92,12 @@ template <Hook H, class Fn>
 inline Fn real() noexcept {
   return reinterpret_cast<Fn>(real_address(H));
 }
+
+// The stream a call without a stream argument runs on.
+inline CUstream legacy_default() noexcept { return CU_STREAM_LEGACY; }
+inline CUstream per_thread_default() noexcept { return CU_STREAM_PER_THREAD; }
+// The _ptsz forms read the NULL stream as the per-thread stream.
+inline CUstream ptsz(CUstream s) noexcept { return s ? s : CU_STREAM_PER_THREAD; }
 
 // Our function for a driver symbol name, or null when we don't wrap it.
 void* hook_for_name(const char* name) noexcept;

@@ -1,7 +1,7 @@
-// Copy and memset hooks: a copy or memset that names a tracked block gets
-// that block resident for its stream first, like a launch.
+// Copy and memset hooks: each is the engine's access use case (the device
+// ranges it touches and its stream) around the driver's own call.
 #include "preload/hooks.h"
-#include "preload/hook_guard.h"
+#include "runtime/engine.h"
 
 using namespace tierrt;
 using namespace tierrt::preload;
@@ -11,15 +11,10 @@ namespace {
 CUdeviceptr dev(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
 CUdeviceptr dev(CUdeviceptr p) { return p; }
 
-template <class Call>
-CUresult copy(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream, Call&& call) noexcept {
-  return guarded_call(
-      stream,
-      [&](Engine& e, BlockList& b) {
-        e.collect_range(dst, n, b);
-        e.collect_range(src, n, b);
-      },
-      call);
+template <class Forward>
+CUresult copy(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream, Forward&& forward) noexcept {
+  if (Engine* e = Engine::active()) return e->access({{dst, n}, {src, n}}, stream, forward);
+  return forward();
 }
 
 }  // namespace

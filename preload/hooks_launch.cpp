@@ -1,19 +1,19 @@
-// Launch hooks: every 8-byte word of a launch's parameters is looked up in
-// the block table; the blocks it names are made resident for the launch
-// stream (or the stream waits on their prefetch), the launch goes out, and
-// its use is recorded. No allocation, no logging, no lock across the call.
+// Launch hooks: each is the engine's launch use case around the driver's own
+// launch (the engine makes the blocks the parameters name resident for the
+// launch stream and records their use). A graph launch replays work whose
+// blocks stay resident; the engine counts it.
 #include "preload/hooks.h"
-#include "preload/hook_guard.h"
-#include "preload/launch_path.h"
+#include "runtime/engine.h"
 
 using namespace tierrt;
 using namespace tierrt::preload;
 
 namespace {
 
-template <class Call>
-CUresult launch(CUfunction f, CUstream stream, void** params, void** extra, Call&& call) noexcept {
-  return launch_through(Engine::active(), f, stream, params, extra, call);
+template <class Forward>
+CUresult launch(CUfunction f, CUstream stream, void** params, void** extra, Forward&& forward) noexcept {
+  if (Engine* e = Engine::active()) return e->launch(f, stream, params, extra, forward);
+  return forward();
 }
 
 }  // namespace
@@ -43,11 +43,20 @@ TIERRT_LAUNCH_COOP_(cuLaunchCooperativeKernel_ptsz, ptsz)
 
 #define TIERRT_LAUNCH_EX_(name, stream_of)                                                    \
   CUresult name(const CUlaunchConfig* cfg, CUfunction f, void** params, void** extra) {     \
-    auto call = [&] { return TIERRT_REAL(name, cuLaunchKernelEx)(cfg, f, params, extra); };  \
-    if (!cfg) return call();                                                                  \
-    return launch(f, stream_of(cfg->hStream), params, extra, call);                          \
+    auto forward = [&] { return TIERRT_REAL(name, cuLaunchKernelEx)(cfg, f, params, extra); }; \
+    if (!cfg) return forward();                                                               \
+    return launch(f, stream_of(cfg->hStream), params, extra, forward);                       \
   }
 TIERRT_LAUNCH_EX_(cuLaunchKernelEx, TIERRT_SAME_)
 TIERRT_LAUNCH_EX_(cuLaunchKernelEx_ptsz, ptsz)
+
+#define TIERRT_GRAPH_LAUNCH_(name, stream_of)                                   \
+  CUresult name(CUgraphExec exec, CUstream s) {                                 \
+    auto forward = [&] { return TIERRT_REAL(name, cuGraphLaunch)(exec, s); };   \
+    if (Engine* e = Engine::active()) return e->graph_launch(stream_of(s), forward); \
+    return forward();                                                           \
+  }
+TIERRT_GRAPH_LAUNCH_(cuGraphLaunch, TIERRT_SAME_)
+TIERRT_GRAPH_LAUNCH_(cuGraphLaunch_ptsz, ptsz)
 
 }  // extern "C"

@@ -3,7 +3,6 @@
 #include "include/tierrt/tierrt.h"
 
 #include "runtime/engine.h"
-#include "runtime/stats_report.h"
 
 using namespace tierrt;
 
@@ -21,31 +20,13 @@ void tierrt_mark_phase(tierrt_phase phase) {
 
 int tierrt_advise(const void* ptr, tierrt_advice advice) {
   Engine* e = Engine::active();
-  if (!e) return -1;
-  alloc::Allocator& a = e->allocator();
-  alloc::Block* b = a.lookup(reinterpret_cast<CUdeviceptr>(ptr));
-  if (!b) return -1;
-  alloc::Block* one[] = {b};
-  switch (advice) {
-    case TIERRT_ADVISE_SPILL: {
-      alloc::SpillResult r = a.spill(b);
-      return r == alloc::SpillResult::Started || r == alloc::SpillResult::AlreadyMoving ? 0 : -1;
-    }
-    case TIERRT_ADVISE_PREFETCH: return a.prefetch(b, nullptr) == CUDA_SUCCESS ? 0 : -1;
-    // A pin is a residency request that is not released until unpinned.
-    case TIERRT_ADVISE_PIN: return a.ensure_resident(one, CU_STREAM_LEGACY) == CUDA_SUCCESS ? 0 : -1;
-    case TIERRT_ADVISE_UNPIN:
-      if (b->pins.load() == 0) return -1;
-      a.release(one);
-      return 0;
-  }
-  return -1;
+  return e && e->advise(reinterpret_cast<CUdeviceptr>(ptr), advice) ? 0 : -1;
 }
 
 int tierrt_get_stats(tierrt_stats* out) {
   Engine* e = Engine::active();
   if (!e || !out) return -1;
-  fill_public_stats(*e, out);
+  e->public_stats(out);
   return 0;
 }
 

@@ -3,51 +3,38 @@
 //       "tierrt_torch_malloc", "tierrt_torch_free")
 // Stream-ordered: memory freed on a stream is reused only as that stream's
 // work allows, which is what PyTorch's caching allocator assumes of itself.
+// With tierrt off, or on another device than the engine's, they stand in for
+// cuMemAllocAsync / cuMemFreeAsync and forward to them.
 #include <sys/types.h>
 
-#include "driver/driver.h"
+#include "preload/hooks.h"
 #include "runtime/engine.h"
 
 using namespace tierrt;
-
-namespace {
-
-// PyTorch calls with the device's context current; make sure of it.
-bool on_device(int device) noexcept {
-  CUdevice current = -1;
-  if (TIERRT_CU(cuCtxGetDevice, &current) == CUDA_SUCCESS && current == device) return true;
-  CUdevice dev = 0;
-  CUcontext ctx = nullptr;
-  return TIERRT_CU(cuDeviceGet, &dev, device) == CUDA_SUCCESS &&
-         TIERRT_CU(cuDevicePrimaryCtxRetain, &ctx, dev) == CUDA_SUCCESS && TIERRT_CU(cuCtxSetCurrent, ctx) == CUDA_SUCCESS;
-}
-
-}  // namespace
+using namespace tierrt::preload;
 
 extern "C" {
 
 void* tierrt_torch_malloc(ssize_t size, int device, void* stream) {
-  if (size <= 0 || !on_device(device)) return nullptr;
+  if (size <= 0 || !Engine::make_device_current(device)) return nullptr;
+  const auto bytes = static_cast<size_t>(size);
   CUstream s = static_cast<CUstream>(stream);
   CUdeviceptr p = 0;
-  Engine* e = Engine::start();
-  if (e && e->on_engine_context()) return e->allocate(&p, static_cast<size_t>(size), s) == CUDA_SUCCESS
-                                               ? reinterpret_cast<void*>(p)
-                                               : nullptr;
-  // tierrt is off (or this is another device): still be an allocator.
-  return TIERRT_CU(cuMemAllocAsync, &p, static_cast<size_t>(size), s) == CUDA_SUCCESS ? reinterpret_cast<void*>(p)
-                                                                                      : nullptr;
+  Engine* e = Engine::for_allocation();
+  const CUresult r = e ? e->allocate(&p, bytes, s) : TIERRT_REAL(cuMemAllocAsync, cuMemAllocAsync)(&p, bytes, s);
+  return r == CUDA_SUCCESS ? reinterpret_cast<void*>(p) : nullptr;
 }
 
 void tierrt_torch_free(void* ptr, ssize_t size, int device, void* stream) {
   (void)size;
   (void)device;
   if (!ptr) return;
+  const auto p = reinterpret_cast<CUdeviceptr>(ptr);
   CUstream s = static_cast<CUstream>(stream);
-  CUresult r;
-  if (Engine* e = Engine::active(); e && e->free(reinterpret_cast<CUdeviceptr>(ptr), s, &r)) return;
+  auto forward = [&] { return TIERRT_REAL(cuMemFreeAsync, cuMemFreeAsync)(p, s); };
   // PyTorch's free returns nothing: a failure here has no one to report to.
-  (void)TIERRT_CU(cuMemFreeAsync, reinterpret_cast<CUdeviceptr>(ptr), s);
+  if (Engine* e = Engine::active()) (void)e->free_async(p, s, forward);
+  else (void)forward();
 }
 
 }  // extern "C"

@@ -19,7 +19,6 @@ class CaptureTracker {
     if (active_.load(std::memory_order_acquire) == 0) return false;
     return capturing_slow(s);
   }
-  bool any() const noexcept { return active_.load(std::memory_order_acquire) != 0; }
 
  private:
   bool capturing_slow(CUstream s) const noexcept;

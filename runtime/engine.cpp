@@ -5,7 +5,6 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <cstring>
 #include <mutex>
 
@@ -56,12 +55,18 @@ alloc::Options allocator_options(const ResolvedSettings& r) {
   return o;
 }
 
+// The calling thread's context, its device and the device's memory.
+CUresult current_device(CUcontext* ctx, CUdevice* dev, size_t* total) noexcept {
+  if (CUresult r = TIERRT_CU(cuCtxGetCurrent, ctx)) return r;
+  if (!*ctx) return CUDA_ERROR_INVALID_CONTEXT;
+  if (CUresult r = TIERRT_CU(cuCtxGetDevice, dev)) return r;
+  return TIERRT_CU(cuDeviceTotalMem, total, *dev);
+}
+
 }  // namespace
 
-const Settings* Engine::settings_if_read() noexcept { return g_off ? nullptr : g_settings; }
-
-Engine::Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext ctx)
-    : settings_(s), alloc_(std::move(a)), ctx_(ctx) {
+Engine::Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext ctx, CUmemoryPool default_pool)
+    : settings_(s), alloc_(std::move(a)), ctx_(ctx), default_pool_(default_pool) {
   if (!s.record.empty() || !s.trace.empty()) recorder_ = std::make_unique<Recorder>(s.record, s.trace);
   if (s.mode == Mode::kTier && s.policy == Policy::Planner)
     policy_ = std::make_unique<PolicyThread>(*alloc_, ctx, alloc_->stats().device_budget, s.link, recorder_.get());
@@ -69,9 +74,36 @@ Engine::Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext
   alloc_->set_observer(feedback_.get());
 }
 
-void Engine::emit(const policy::Event& e) noexcept {
-  if (recorder_ && recorder_->events_on()) recorder_->event(e);
-  if (policy_) policy_->post(e);
+// The process's running engine is never destroyed; one from create() is.
+// The planner's thread acts through the allocator, and the allocator's mover
+// reports to feedback_ and policy_: stop the first, then the allocator.
+Engine::~Engine() {
+  if (policy_) policy_->stop();
+  alloc_.reset();
+}
+
+std::unique_ptr<Engine> Engine::create(const Settings& s, CUresult* err) noexcept {
+  CUcontext ctx = nullptr;
+  CUdevice dev = 0;
+  size_t total = 0;
+  if ((*err = current_device(&ctx, &dev, &total)) != CUDA_SUCCESS) return nullptr;
+  // Without a default pool (old drivers) no pool allocation is tiered.
+  CUmemoryPool pool = nullptr;
+  if (TIERRT_CU(cuDeviceGetDefaultMemPool, &pool, dev) != CUDA_SUCCESS) pool = nullptr;
+  try {
+    const alloc::Options options = allocator_options(resolve(s, {total, physical_ram()}));
+    std::unique_ptr<alloc::Allocator> a = alloc::Allocator::create(options, err);
+    if (!a) return nullptr;
+    const alloc::Stats st = a->stats();
+    TIERRT_LOG(kInfo, "started on device %d: mode %s, spill %s, device budget %llu MiB, host budget %llu MiB", dev,
+               s.mode == Mode::kTier ? "tier" : "observe", alloc::to_string(a->mode()),
+               static_cast<unsigned long long>(st.device_budget >> 20),
+               static_cast<unsigned long long>(st.host_budget >> 20));
+    return std::unique_ptr<Engine>(new Engine(s, std::move(a), ctx, pool));
+  } catch (...) {
+    *err = CUDA_ERROR_OUT_OF_MEMORY;
+    return nullptr;
+  }
 }
 
 Engine* Engine::start() noexcept {
@@ -86,34 +118,31 @@ Engine* Engine::start() noexcept {
   }
   CUcontext ctx = nullptr;
   if (TIERRT_CU(cuCtxGetCurrent, &ctx) != CUDA_SUCCESS || !ctx) return nullptr;  // try again with a context
-  CUdevice dev = 0;
-  size_t total = 0;
-  if (TIERRT_CU(cuCtxGetDevice, &dev) != CUDA_SUCCESS || TIERRT_CU(cuDeviceTotalMem, &total, dev) != CUDA_SUCCESS)
-    return nullptr;
-  alloc::Options opt = allocator_options(resolve(*g_settings, {total, physical_ram()}));
   CUresult err = CUDA_SUCCESS;
-  std::unique_ptr<alloc::Allocator> a;
-  try {
-    a = alloc::Allocator::create(opt, &err);
-  } catch (...) {
-    err = CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  if (!a) {
-    TIERRT_LOG(kError, "cannot start on device %d (%s); tierrt is off", dev, drv::result_name(err));
+  Engine* e = create(*g_settings, &err).release();  // lives until exit
+  if (!e) {
+    TIERRT_LOG(kError, "cannot start (%s); tierrt is off", drv::result_name(err));
     g_off = true;
     return nullptr;
   }
-  auto* e = new Engine(*g_settings, std::move(a), ctx);  // lives until exit
-  const alloc::Stats st = e->alloc_->stats();
-  TIERRT_LOG(kInfo, "started on device %d: mode %s, spill %s, device budget %llu MiB, host budget %llu MiB", dev,
-             g_settings->mode == Mode::kTier ? "tier" : "observe",
-             alloc::to_string(e->alloc_->mode()),
-             static_cast<unsigned long long>(st.device_budget >> 20),
-             static_cast<unsigned long long>(st.host_budget >> 20));
   pthread_atfork(nullptr, nullptr, &Engine::after_fork_in_child);
   std::atexit(&Engine::at_exit);
   g_active.store(e, std::memory_order_release);
   return e;
+}
+
+Engine* Engine::for_allocation() noexcept {
+  Engine* e = start();
+  return e && e->on_engine_context() ? e : nullptr;
+}
+
+bool Engine::make_device_current(int ordinal) noexcept {
+  CUdevice current = -1;
+  if (TIERRT_CU(cuCtxGetDevice, &current) == CUDA_SUCCESS && current == ordinal) return true;
+  CUdevice dev = 0;
+  CUcontext ctx = nullptr;
+  return TIERRT_CU(cuDeviceGet, &dev, ordinal) == CUDA_SUCCESS &&
+         TIERRT_CU(cuDevicePrimaryCtxRetain, &ctx, dev) == CUDA_SUCCESS && TIERRT_CU(cuCtxSetCurrent, ctx) == CUDA_SUCCESS;
 }
 
 // A forked child has the parent's memory but not its driver threads: tierrt
@@ -137,28 +166,9 @@ void Engine::sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes) noe
   recorder_->sample(kind, ptr, bytes, s.device_used, s.host_used);
 }
 
-void BlockList::add_more(alloc::Block* b) noexcept {
-  try {
-    if (more_.empty()) more_.assign(items_, items_ + n_);
-    if (std::find(more_.begin(), more_.end(), b) == more_.end()) more_.push_back(b);
-  } catch (...) {
-    incomplete_ = true;
-  }
-}
-
-void Engine::note_launch(const BlockList& blocks, CUstream stream) noexcept {
-  const std::uint64_t seq = launches_.fetch_add(1, std::memory_order_relaxed);
-  if (!recorder_ && !policy_) return;
-  const policy::StreamId sid = recorder_ ? recorder_->stream_id(stream) : 0;
-  if (recorder_ && recorder_->events_on()) recorder_->launch(seq, sid, blocks.span());
-  if (policy_) {
-    // Under capture, recording an event would put it into the graph.
-    const bool timed = DeviceClock::due(seq) && !captures_.capturing(stream) && policy_->clock().record(seq, stream);
-    policy_->post_launch(policy::Event::launch(seq, 0, sid), timed);
-    for (alloc::Block* b : blocks.span()) policy_->post(policy::Event::use(b->va, seq, sid));
-  }
-  // Residency over time, every 256 launches: enough to draw, cheap to keep.
-  if ((seq & 255) == 0) sample(SampleKind::kLaunches, 0, 0);
+void Engine::emit(const policy::Event& e) noexcept {
+  if (recorder_ && recorder_->events_on()) recorder_->event(e);
+  if (policy_) policy_->post(e);
 }
 
 void Engine::note_step() noexcept {
@@ -173,7 +183,7 @@ void Engine::note_phase(int phase) noexcept {
 }
 
 void Engine::note_sync(CUstream stream, bool all_streams) noexcept {
-  if (listening()) emit(policy::Event::sync(all_streams || !recorder_ ? policy::kAllStreams : recorder_->stream_id(stream)));
+  if (listening()) emit(policy::Event::sync(all_streams ? policy::kAllStreams : streams_.id(stream)));
 }
 
 bool Engine::on_engine_context() const noexcept {
@@ -196,69 +206,57 @@ CUresult Engine::allocate(CUdeviceptr* out, size_t bytes, CUstream stream) noexc
   if (r != CUDA_SUCCESS) return r;
   if (alloc::Block* b = alloc_->lookup(*out)) {
     add_live(static_cast<std::int64_t>(b->size));
-    if (listening()) emit(policy::Event::alloc(b->va, b->size, recorder_ ? recorder_->stream_id(stream) : 0));
+    if (listening()) emit(policy::Event::alloc(b->va, b->size, streams_.id(stream)));
     sample(SampleKind::kAlloc, b->va, b->size);
   }
   return r;
 }
 
-bool Engine::free(CUdeviceptr ptr, CUstream stream, CUresult* result) noexcept {
+bool Engine::free_tracked(CUdeviceptr ptr, CUstream stream, CUresult* result) noexcept {
   if (!alloc_->owns(ptr)) return false;
   alloc::Block* b = alloc_->lookup(ptr);
-  size_t size = b && b->va == ptr ? b->size : 0;
+  const size_t size = b && b->va == ptr ? b->size : 0;
   *result = alloc_->free(ptr, stream);
   if (*result == CUDA_SUCCESS && size) {
     add_live(-static_cast<std::int64_t>(size));
-    if (listening()) emit(policy::Event::free(ptr, recorder_ ? recorder_->stream_id(stream) : 0));
+    if (listening()) emit(policy::Event::free(ptr, streams_.id(stream)));
     sample(SampleKind::kFree, ptr, size);
   }
   return true;
 }
 
-void Engine::collect_range(CUdeviceptr ptr, size_t bytes, BlockList& out) noexcept {
-  if (alloc::Block* b = alloc_->lookup(ptr)) out.add(b);
-  if (bytes > 1)
-    if (alloc::Block* b = alloc_->lookup(ptr + bytes - 1)) out.add(b);
-}
-
-void Engine::collect_launch(CUfunction f, void** params, void** extra, BlockList& out) noexcept {
-  auto scan_word = [&](const unsigned char* p) {
-    CUdeviceptr word;
-    std::memcpy(&word, p, sizeof word);
-    if (word)
-      if (alloc::Block* b = alloc_->lookup(word)) out.add(b);
-  };
-  if (params) {
-    ParamLayout layout = layouts_.get(f);
-    for (std::uint32_t i = 0; i < layout.count; ++i) {
-      if (!params[i]) continue;
-      const std::uint32_t off = layout.offsets[i], size = layout.sizes[i];
-      // Words aligned in the parameter buffer, read from this parameter's copy.
-      for (std::uint32_t w = (off + 7) & ~7u; w + 8 <= off + size; w += 8)
-        scan_word(static_cast<const unsigned char*>(params[i]) + (w - off));
+bool Engine::advise(CUdeviceptr ptr, tierrt_advice advice) noexcept {
+  alloc::Block* b = alloc_->lookup(ptr);
+  if (!b || b->st() == alloc::State::Freed) return false;
+  switch (advice) {
+    case TIERRT_ADVISE_SPILL: {
+      const alloc::SpillResult r = alloc_->spill(b);
+      return r == alloc::SpillResult::Started || r == alloc::SpillResult::AlreadyMoving;
     }
-    return;
+    case TIERRT_ADVISE_PREFETCH: return alloc_->prefetch(b, nullptr) == CUDA_SUCCESS;
+    case TIERRT_ADVISE_PIN: return alloc_->pin(b, CU_STREAM_LEGACY) == CUDA_SUCCESS;
+    case TIERRT_ADVISE_UNPIN: return alloc_->unpin(b);
   }
-  if (extra) {
-    const unsigned char* buffer = nullptr;
-    size_t size = 0;
-    for (size_t i = 0; extra[i] != CU_LAUNCH_PARAM_END; i += 2) {
-      if (extra[i] == CU_LAUNCH_PARAM_BUFFER_POINTER) buffer = static_cast<const unsigned char*>(extra[i + 1]);
-      else if (extra[i] == CU_LAUNCH_PARAM_BUFFER_SIZE && extra[i + 1]) size = *static_cast<size_t*>(extra[i + 1]);
-    }
-    if (buffer)
-      for (size_t w = 0; w + 8 <= size; w += 8) scan_word(buffer + w);
-  }
+  return false;
 }
 
-CUresult Engine::before_use(const BlockList& blocks, CUstream stream) noexcept {
-  if (blocks.incomplete()) return CUDA_ERROR_OUT_OF_MEMORY;
-  return alloc_->ensure_resident(blocks.span(), stream);
-}
-
-void Engine::after_use(const BlockList& blocks, CUstream stream, bool enqueued) noexcept {
-  if (enqueued) alloc_->record_use(blocks.span(), stream, captures_.capturing(stream));
-  alloc_->release(blocks.span());
+// While a block is spilled its address may have nothing mapped; its range
+// is the block's.
+bool Engine::tracked_attribute(CUpointer_attribute attr, CUdeviceptr p, void* data) noexcept {
+  const alloc::Block* b = alloc_->lookup(p);
+  if (!b) return false;
+  switch (attr) {
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = b->va; return true;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = b->size; return true;
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *static_cast<unsigned*>(data) = CU_MEMORYTYPE_DEVICE; return true;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = p; return true;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *static_cast<unsigned*>(data) = 0; return true;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = 1; return true;
+    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+      *static_cast<unsigned long long*>(data) = static_cast<unsigned long long>(b->va);
+      return true;
+    default: return false;
+  }
 }
 
 void Engine::virtual_meminfo(size_t* free_bytes, size_t* total_bytes) noexcept {
@@ -268,5 +266,7 @@ void Engine::virtual_meminfo(size_t* free_bytes, size_t* total_bytes) noexcept {
   *total_bytes = total;
   *free_bytes = used < total ? total - used : 0;
 }
+
+void Engine::public_stats(tierrt_stats* out) const noexcept { fill_public_stats(*this, out); }
 
 }  // namespace tierrt

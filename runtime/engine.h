@@ -1,57 +1,43 @@
-// The engine: what the hooks talk to. It owns the allocator for the device
-// of the context current when tierrt first sees an allocation, turns launches
-// and copies into residency requests, and keeps the counters the stats show.
+// The engine: what the hooks talk to, in use cases. It owns the allocator
+// for the device of the context current when tierrt first sees an
+// allocation, turns launches, copies and memsets into residency requests,
+// feeds the planner and the recording, and keeps the counters the stats show.
 //
-// Hot paths (launch, copy): no allocation, no logging, no lock held across a
-// driver call; a launch that names no tracked block costs a table probe and
+// Each use case that stands in for a driver call takes the forwarding call
+// (the driver's own function, bound to the caller's arguments) as a callable
+// and makes it at most once; when the call concerns nothing tierrt tracks,
+// forwarding is all that happens.
+//
+// Hot paths (launch, access): no allocation, no logging, no lock held across
+// a driver call; a launch that names no tracked block costs a table probe and
 // one O(1) lookup per 8-byte parameter word.
 #pragma once
 
 #include <cuda.h>
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
-#include <span>
-#include <vector>
 
 #include "allocator/allocator.h"
+#include "include/tierrt/tierrt.h"
+#include "runtime/block_list.h"
 #include "runtime/capture_tracker.h"
 #include "runtime/move_feedback.h"
 #include "runtime/param_layouts.h"
 #include "runtime/policy_thread.h"
 #include "runtime/recorder.h"
 #include "runtime/settings.h"
+#include "runtime/stream_ids.h"
 
 namespace tierrt {
 
-// The distinct blocks one launch or copy names: on the caller's stack, or on
-// the heap for the rare launch that names more than kInline (a kernel taking
-// a table of pointers by value: up to 4096 in 32 KiB of parameters).
-class BlockList {
- public:
-  static constexpr int kInline = 256;
-  void add(alloc::Block* b) noexcept {
-    if (!more_.empty() || n_ == kInline) return add_more(b);
-    for (int i = 0; i < n_; ++i)
-      if (items_[i] == b) return;
-    items_[n_++] = b;
-  }
-  bool empty() const noexcept { return n_ == 0 && more_.empty(); }
-  // The heap could not hold the list: the launch must not go out (some of its
-  // blocks would not be made resident).
-  bool incomplete() const noexcept { return incomplete_; }
-  std::span<alloc::Block* const> span() const noexcept {
-    if (!more_.empty()) return {more_.data(), more_.size()};
-    return {items_, static_cast<size_t>(n_)};
-  }
-
- private:
-  void add_more(alloc::Block* b) noexcept;
-  alloc::Block* items_[kInline];
-  int n_ = 0;
-  std::vector<alloc::Block*> more_;
-  bool incomplete_ = false;
+// Device memory a copy or memset touches.
+struct AddressRange {
+  CUdeviceptr ptr = 0;
+  std::size_t bytes = 0;
 };
 
 class Engine {
@@ -62,47 +48,143 @@ class Engine {
   // the running engine or null. Safe from any thread; only the first call
   // reads the environment.
   static Engine* start() noexcept;
-  // The settings read at start, or null when tierrt is off or not started.
-  static const Settings* settings_if_read() noexcept;
+  // The engine an allocation on the calling thread goes to: started on first
+  // use, and only when the current context is the engine's; else null.
+  static Engine* for_allocation() noexcept;
+  // Makes a context of device `ordinal` current unless the current one is on
+  // it already (PyTorch's allocator calls name the device, not a context).
+  static bool make_device_current(int ordinal) noexcept;
+  // An engine of its own for `s` on the current context, not the process's
+  // running one (which start() makes): null when the allocator could not start.
+  static std::unique_ptr<Engine> create(const Settings& s, CUresult* err) noexcept;
+  ~Engine();
 
-  alloc::Allocator& allocator() noexcept { return *alloc_; }
   const Settings& settings() const noexcept { return settings_; }
-  CaptureTracker& captures() noexcept { return captures_; }
 
-  // True when the calling thread's current context is the engine's.
-  bool on_engine_context() const noexcept;
+  // Allocation: like cuMemAllocAsync on `stream`.
+  CUresult allocate(CUdeviceptr* out, std::size_t bytes, CUstream stream) noexcept;
+  // Allocations from `pool` are tiered: it is the default pool of the
+  // engine's device (what plain cuMemAllocAsync uses). An application's own
+  // pool keeps its memory (it may be exportable, or have its own release
+  // threshold).
+  bool tiers_pool(CUmemoryPool pool) const noexcept { return pool && pool == default_pool_; }
 
-  CUresult allocate(CUdeviceptr* out, size_t bytes, CUstream stream) noexcept;
-  // False when ptr is not tierrt's (the caller forwards to the driver).
-  bool free(CUdeviceptr ptr, CUstream stream, CUresult* result) noexcept;
+  // Frees: cuMemFree (ordered after the legacy stream's work) and
+  // cuMemFreeAsync on `stream`; a pointer tierrt did not hand out is forwarded.
+  template <class Forward>
+  CUresult free(CUdeviceptr ptr, Forward&& forward) noexcept {
+    return free_async(ptr, CU_STREAM_LEGACY, forward);
+  }
+  template <class Forward>
+  CUresult free_async(CUdeviceptr ptr, CUstream stream, Forward&& forward) noexcept {
+    CUresult r;
+    return free_tracked(ptr, stream, &r) ? r : forward();
+  }
 
-  // Blocks a launch names: every 8-byte-aligned word of its parameters.
-  void collect_launch(CUfunction f, void** params, void** extra, BlockList& out) noexcept;
-  // Blocks a copy or memset names: the blocks holding [ptr, ptr + bytes).
-  void collect_range(CUdeviceptr ptr, size_t bytes, BlockList& out) noexcept;
+  // A kernel launch on `stream` with cuLaunchKernel's params or extra: the
+  // tracked blocks any 8-byte-aligned parameter word points into are resident
+  // for the stream when the launch goes out, and their use is recorded.
+  template <class Forward>
+  CUresult launch(CUfunction f, CUstream stream, void** params, void** extra, Forward&& forward) noexcept {
+    BlockList blocks;
+    collect_launch(f, params, extra, blocks);
+    const CUresult r = use(blocks, stream, forward);
+    if (r == CUDA_SUCCESS) note_launch(blocks, stream);
+    return r;
+  }
+  // A copy or memset on `stream` touching `ranges`: like a launch, uncounted.
+  template <class Forward>
+  CUresult access(std::initializer_list<AddressRange> ranges, CUstream stream, Forward&& forward) noexcept {
+    BlockList blocks;
+    for (const AddressRange& r : ranges) collect_range(r, blocks);
+    return use(blocks, stream, forward);
+  }
+  // cuGraphLaunch on `stream`. Every block a captured launch named stays
+  // resident for good (the allocator's captured state), so a replay needs
+  // nothing made resident; it counts as a launch of its stream.
+  template <class Forward>
+  CUresult graph_launch(CUstream stream, Forward&& forward) noexcept {
+    const CUresult r = forward();
+    if (r == CUDA_SUCCESS) note_launch(BlockList{}, stream);
+    return r;
+  }
 
-  // Around the driver call that enqueues work using `blocks` on `stream`.
-  CUresult before_use(const BlockList& blocks, CUstream stream) noexcept;
-  void after_use(const BlockList& blocks, CUstream stream, bool enqueued) noexcept;
+  // Stream capture, as the capture hooks saw it succeed.
+  void begin_capture(CUstream s, CUstreamCaptureMode mode) noexcept { captures_.begin(s, mode); }
+  void end_capture(CUstream s) noexcept { captures_.end(s); }
 
-  // The virtual view for TIERRT_VIRTUAL_MEMINFO: device budget plus host tier.
-  void virtual_meminfo(size_t* free_bytes, size_t* total_bytes) noexcept;
+  // tierrt_advise: false when `ptr` is not in a live tracked block or the
+  // advice could not be followed. UNPIN releases only a pin PIN took (the
+  // allocator counts them apart from the pins of launches being enqueued).
+  bool advise(CUdeviceptr ptr, tierrt_advice advice) noexcept;
 
-  // A launch went out on `stream` naming `blocks` (counted, and recorded
-  // when TIERRT_RECORD is on).
-  void note_launch(const BlockList& blocks, CUstream stream) noexcept;
+  // cuPointerGetAttribute(s): tierrt answers for its blocks what the driver
+  // cannot (a spilled block may have nothing mapped at its address), and
+  // forwards the rest.
+  template <class Forward>
+  CUresult pointer_attribute(void* data, CUpointer_attribute attr, CUdeviceptr p, Forward&& forward) noexcept {
+    return data && tracked_attribute(attr, p, data) ? CUDA_SUCCESS : forward();
+  }
+  template <class Forward>
+  CUresult pointer_attributes(unsigned count, CUpointer_attribute* attrs, void** data, CUdeviceptr p,
+                              Forward&& forward) noexcept {
+    const CUresult r = forward();
+    if (r == CUDA_SUCCESS && attrs && data)
+      for (unsigned i = 0; i < count; ++i)
+        if (data[i]) tracked_attribute(attrs[i], p, data[i]);
+    return r;
+  }
+
+  // cuMemGetInfo: with TIERRT_VIRTUAL_MEMINFO, the device budget plus the
+  // host tier, as if the device were that large.
+  template <class Forward>
+  CUresult mem_get_info(std::size_t* free_bytes, std::size_t* total_bytes, Forward&& forward) noexcept {
+    if (!free_bytes || !total_bytes || !settings_.virtual_meminfo || !on_engine_context()) return forward();
+    virtual_meminfo(free_bytes, total_bytes);
+    return CUDA_SUCCESS;
+  }
+
+  // What the application says and does about its steps.
   void note_step() noexcept;
   void note_phase(int phase) noexcept;
+  // A synchronisation of `stream`, or of every stream.
   void note_sync(CUstream stream, bool all_streams) noexcept;
+
+  // Stats.
+  void public_stats(tierrt_stats* out) const noexcept;
+  alloc::Stats allocator_stats() const noexcept { return alloc_->stats(); }
   std::uint64_t launches() const noexcept { return launches_.load(); }
   std::uint64_t steps() const noexcept { return steps_.load(); }
-  std::uint64_t live_bytes() const noexcept { return live_bytes_.load(); }
   std::uint64_t peak_live_bytes() const noexcept { return peak_live_bytes_.load(); }
   const PolicyThread* planner() const noexcept { return policy_.get(); }
   const MoveFeedback& moves() const noexcept { return *feedback_; }
 
  private:
-  Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext ctx);
+  Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext ctx, CUmemoryPool default_pool);
+
+  // True when the calling thread's current context is the engine's.
+  bool on_engine_context() const noexcept;
+  bool free_tracked(CUdeviceptr ptr, CUstream stream, CUresult* result) noexcept;
+  // Blocks a launch names: every 8-byte-aligned word of its parameters.
+  void collect_launch(CUfunction f, void** params, void** extra, BlockList& out) noexcept;
+  // Blocks a copy or memset names: the blocks holding the range's ends.
+  void collect_range(AddressRange range, BlockList& out) noexcept;
+  // The one shape of work that names tracked blocks: make them resident for
+  // `stream`, forward, record the use if the work went out, unpin.
+  template <class Forward>
+  CUresult use(const BlockList& blocks, CUstream stream, Forward& forward) noexcept {
+    if (blocks.empty()) return forward();
+    if (CUresult r = before_use(blocks, stream)) return r;
+    const CUresult r = forward();
+    after_use(blocks, stream, r == CUDA_SUCCESS);
+    return r;
+  }
+  CUresult before_use(const BlockList& blocks, CUstream stream) noexcept;
+  void after_use(const BlockList& blocks, CUstream stream, bool enqueued) noexcept;
+  // A launch went out on `stream` naming `blocks`.
+  void note_launch(const BlockList& blocks, CUstream stream) noexcept;
+  bool tracked_attribute(CUpointer_attribute attr, CUdeviceptr p, void* data) noexcept;
+  void virtual_meminfo(std::size_t* free_bytes, std::size_t* total_bytes) noexcept;
   void add_live(std::int64_t delta) noexcept;
   void sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes) noexcept;
   // An event for whoever listens: the recording and the planner.
@@ -116,11 +198,13 @@ class Engine {
   Settings settings_;
   std::unique_ptr<alloc::Allocator> alloc_;
   CUcontext ctx_;
+  CUmemoryPool default_pool_;
   ParamLayouts layouts_;
   CaptureTracker captures_;
-  std::unique_ptr<Recorder> recorder_;  // null unless TIERRT_RECORD or TIERRT_TRACE
-  std::unique_ptr<PolicyThread> policy_;  // null unless TIERRT_POLICY=planner
+  StreamIds streams_;
+  std::unique_ptr<Recorder> recorder_;      // null unless TIERRT_RECORD or TIERRT_TRACE
   std::unique_ptr<MoveFeedback> feedback_;  // the allocator's observer
+  std::unique_ptr<PolicyThread> policy_;    // null unless TIERRT_POLICY=planner
   std::atomic<std::uint64_t> launches_{0}, steps_{0};
   std::atomic<std::uint64_t> live_bytes_{0}, peak_live_bytes_{0};
 };

@@ -2,25 +2,15 @@
 
 #include <exception>
 #include <chrono>
-#include <thread>
 
 #include "driver/driver.h"
 #include "policies/link_model.hpp"
 #include "policies/policy_engine.hpp"
+#include "runtime/host_clock.h"
 #include "runtime/log.h"
 #include "runtime/recorder.h"
 
 namespace tierrt {
-
-namespace {
-
-std::uint64_t steady_ns() {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
-}
-
-}  // namespace
 
 PolicyThread::PolicyThread(alloc::Allocator& allocator, CUcontext ctx, std::uint64_t budget,
                            const policy::LinkModel& link, Recorder* recorder)
@@ -29,39 +19,50 @@ PolicyThread::PolicyThread(alloc::Allocator& allocator, CUcontext ctx, std::uint
   policy::PolicyEngine::Options o;
   o.budget = budget;
   o.link = link;
-  engine_ = std::make_unique<policy::PolicyEngine>(o);
-  std::thread([this] { run(); }).detach();  // lives as long as the process
+  policy_ = std::make_unique<policy::PolicyEngine>(o);
+  thread_ = std::thread([this] { run(); });
 }
 
-PolicyThread::~PolicyThread() = default;
+PolicyThread::~PolicyThread() { stop(); }
 
-void PolicyThread::post(const policy::Event& e) noexcept { push(e, Channel::Event); }
-
-void PolicyThread::post_launch(const policy::Event& launch, bool timed) noexcept {
-  push(launch, timed ? Channel::TimedLaunch : Channel::Event);
+void PolicyThread::stop() noexcept {
+  {
+    std::lock_guard lock(mu_);
+    stopping_.store(true, std::memory_order_release);
+    cv_.notify_one();
+  }
+  if (thread_.joinable()) thread_.join();
 }
 
-void PolicyThread::post_demand_fetch(policy::BlockId block) noexcept {
-  push(policy::Event{policy::EventKind::Use, 0, 0, block, 0}, Channel::DemandFetch);
+// Only what can end a held launch needs a time; a launch names up to
+// hundreds of blocks, and a clock read per use would show.
+void PolicyThread::post(const policy::Event& e) noexcept {
+  push(e, e.kind != policy::EventKind::Use, e.kind == policy::EventKind::Step);
 }
+
+void PolicyThread::post_launch(policy::LaunchSeq seq, policy::StreamId sid, CUstream stream, bool may_time) noexcept {
+  const policy::Event launch = policy::Event::launch(seq, 0, sid);
+  if (may_time && DeviceClock::due(seq) && clock_.record(seq, stream)) push(TimedLaunch{launch}, true, false);
+  else push(launch, true, false);
+}
+
+void PolicyThread::post_demand_fetch(policy::BlockId block) noexcept { push(DemandFetch{block}, false, false); }
 
 void PolicyThread::post_late_fetch(policy::BlockId block, std::uint64_t late_ns) noexcept {
-  push(policy::Event{policy::EventKind::Use, 0, 0, block, late_ns}, Channel::LateFetch);
+  push(LateFetch{block, late_ns}, false, false);
 }
 
 // Multi-producer ring: each slot's turn says whose write or read is next.
-void PolicyThread::push(const policy::Event& e, Channel channel) noexcept {
+template <class Item>
+void PolicyThread::push(const Item& item, bool timed_now, bool wakes) noexcept {
   std::uint64_t pos = head_.load(std::memory_order_relaxed);
   for (;;) {
     Slot& s = ring_[pos & (kSlots - 1)];
     std::uint64_t turn = s.turn.load(std::memory_order_acquire);
     if (turn == pos) {
       if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
-        s.event = e;
-        // Only what can end a held launch needs a time; a launch names up
-        // to hundreds of blocks, and a clock read per use would show.
-        s.ns = e.kind == policy::EventKind::Use ? 0 : steady_ns();
-        s.channel = channel;
+        s.message = item;
+        s.ns = timed_now ? steady_ns() : 0;
         s.turn.store(pos + 1, std::memory_order_release);
         break;
       }
@@ -74,7 +75,7 @@ void PolicyThread::push(const policy::Event& e, Channel channel) noexcept {
   }
   // The thread polls every kPollNs: waking it per launch would cost the
   // launch a futex call. Only a step marker (planning starts) wakes it.
-  if (e.kind == policy::EventKind::Step && sleeping_.load(std::memory_order_acquire)) {
+  if (wakes && sleeping_.load(std::memory_order_acquire)) {
     std::lock_guard lock(mu_);
     cv_.notify_one();
   }
@@ -84,12 +85,11 @@ bool PolicyThread::ready() const noexcept {
   return ring_[tail_ & (kSlots - 1)].turn.load(std::memory_order_acquire) == tail_ + 1;
 }
 
-bool PolicyThread::take(policy::Event* e, std::uint64_t* ns, Channel* channel) noexcept {
+bool PolicyThread::take(Message* m, std::uint64_t* ns) noexcept {
   Slot& s = ring_[tail_ & (kSlots - 1)];
   if (s.turn.load(std::memory_order_acquire) != tail_ + 1) return false;
-  *e = s.event;
+  *m = s.message;
   *ns = s.ns;
-  *channel = s.channel;
   s.turn.store(tail_ + kSlots, std::memory_order_release);
   ++tail_;
   return true;
@@ -99,48 +99,54 @@ void PolicyThread::run() {
   // Without the engine's context the device clock's reads come back lost and
   // the plan runs on modeled times: degraded, never wrong, so carry on.
   (void)TIERRT_CU(cuCtxSetCurrent, ctx_);
-  policy::Event e;
+  Message m;
   std::uint64_t ns = 0;
-  Channel channel = Channel::Event;
   for (;;) {
-    while (take(&e, &ns, &channel)) {
-      if (failed_) continue;  // drained, not planned: the reactive policy is in charge
-      try {
-        if (channel == Channel::TimedLaunch && samples_.size() - samples_read_ < DeviceClock::kSlots)
-          samples_.push_back(e.a);
-        channel == Channel::Event || channel == Channel::TimedLaunch ? feed(e, ns) : report(channel, e);
-      } catch (const std::exception& x) {
-        // The planner is an optimisation: whatever goes wrong in it must not
-        // take the job down.
-        TIERRT_LOG(kError, "the planner stopped (%s); the reactive policy stays in charge", x.what());
-        failed_ = true;
-      }
+    try {
+      while (!failed_ && take(&m, &ns)) handle(m, ns);
+      if (!failed_) read_clock();
+    } catch (const std::exception& x) {
+      // The planner is an optimisation: whatever goes wrong in it must not
+      // take the job down.
+      TIERRT_LOG(kError, "the planner stopped (%s); the reactive policy stays in charge", x.what());
+      failed_ = true;
     }
-    if (!failed_) {
-      try {
-        read_clock();
-      } catch (const std::exception& x) {
-        TIERRT_LOG(kError, "the planner stopped (%s); the reactive policy stays in charge", x.what());
-        failed_ = true;
-      }
-    }
+    while (failed_ && take(&m, &ns)) {
+    }  // drained, not planned: the reactive policy is in charge
     std::unique_lock lock(mu_);
+    if (stopping_.load(std::memory_order_acquire)) return;
     sleeping_.store(true, std::memory_order_release);
-    cv_.wait_for(lock, std::chrono::nanoseconds(kPollNs), [&] { return ready(); });
+    cv_.wait_for(lock, std::chrono::nanoseconds(kPollNs),
+                 [&] { return ready() || stopping_.load(std::memory_order_acquire); });
     sleeping_.store(false, std::memory_order_release);
   }
 }
 
-void PolicyThread::report(Channel channel, const policy::Event& e) {
-  const auto ordinal = engine_->ordinal_of(e.a);
-  if (!ordinal) return;  // a block from before the step: not the plan's
-  if (channel == Channel::DemandFetch) {
-    engine_->report_demand_fetch(*ordinal);
-    demand_reports_.fetch_add(1, std::memory_order_relaxed);
+void PolicyThread::handle(const Message& m, std::uint64_t ns) {
+  if (const auto* e = std::get_if<policy::Event>(&m)) {
+    feed(*e, ns);
+  } else if (const auto* t = std::get_if<TimedLaunch>(&m)) {
+    if (samples_.size() - samples_read_ < DeviceClock::kSlots) samples_.push_back(t->launch.a);
+    feed(t->launch, ns);
+  } else if (const auto* d = std::get_if<DemandFetch>(&m)) {
+    report_demand_fetch(*d);
   } else {
-    engine_->report_late(*ordinal, static_cast<double>(e.b));
-    late_reports_.fetch_add(1, std::memory_order_relaxed);
+    report_late_fetch(std::get<LateFetch>(m));
   }
+}
+
+// A report names a block by address; one from before the step is not the plan's.
+void PolicyThread::report_demand_fetch(const DemandFetch& r) {
+  const auto ordinal = policy_->ordinal_of(r.block);
+  if (!ordinal) return;
+  policy_->report_demand_fetch(*ordinal);
+  demand_reports_.fetch_add(1, std::memory_order_relaxed);
+}
+
+void PolicyThread::report_late_fetch(const LateFetch& r) {
+  const auto ordinal = policy_->ordinal_of(r.block);
+  if (!ordinal) return;
+  policy_->report_late(*ordinal, static_cast<double>(r.late_ns));
 }
 
 void PolicyThread::feed(const policy::Event& e, std::uint64_t ns) {
@@ -150,68 +156,74 @@ void PolicyThread::feed(const policy::Event& e, std::uint64_t ns) {
     return;
   }
   if (e.kind == EventKind::CopyRate) {  // posted by the mover whenever: no launch's end
-    engine_->record(e);
+    policy_->record(e);
     return;
   }
-  if (held_) {
-    // The next event tells how long the held launch took on the host; once
-    // the device clock has spoken, its mean is the better guess until the
-    // launch's own device time arrives.
-    // (Without a clock, the host's time is all there is; with one, a launch
-    // before its first reading is left unmeasured: zero.)
-    held_launch_.b = device_launch_ns_ > 0 ? static_cast<std::uint64_t>(device_launch_ns_)
-                     : clock_.ok()          ? 0
-                                            : ns - held_ns_;
-    record_launch_held();
-  }
+  if (held_) release_held_launch(ns);
   if (e.kind == EventKind::Launch) {
-    read_clock();
-    // The launch is out, its uses recorded: spill what it used last, and
-    // bring back what it and the launch after it need (this thread learns of
-    // a launch only once it was issued).
-    if (engine_->steps_completed() != deferred_step_) {  // ordinals name another step's blocks now
-      deferred_.clear();
-      deferred_step_ = engine_->steps_completed();
-    }
-    retry_deferred();
-    act(engine_->triggers_ahead(0), policy::Action::Spill);
-    act(engine_->triggers_ahead(0), policy::Action::Prefetch);
-    act(engine_->triggers_ahead(1), policy::Action::Prefetch);
-    held_ = true;
-    held_launch_ = e;
-    held_ns_ = ns;
-    held_uses_.clear();
+    act_on_launch();
+    hold_launch(e, ns);
     return;
   }
-  engine_->record(e);
+  policy_->record(e);
   if (e.kind == EventKind::Step) publish();
   if (e.kind == EventKind::Alloc || e.kind == EventKind::Step) tag(e);
+}
+
+void PolicyThread::hold_launch(const policy::Event& launch, std::uint64_t ns) {
+  held_ = true;
+  held_launch_ = launch;
+  held_ns_ = ns;
+  held_uses_.clear();
+}
+
+// The event after the held launch, at `ns`, tells how long the launch took on
+// the host; once the device clock has spoken, its mean is the better guess
+// until the launch's own device time arrives. (Without a clock, the host's
+// time is all there is; with one, a launch before its first reading is left
+// unmeasured: zero.)
+void PolicyThread::release_held_launch(std::uint64_t ns) {
+  held_launch_.b = device_launch_ns_ > 0 ? static_cast<std::uint64_t>(device_launch_ns_)
+                   : clock_.ok()          ? 0
+                                          : ns - held_ns_;
+  held_ = false;
+  policy_->record(held_launch_);
+  for (const policy::Event& u : held_uses_) policy_->record(u);
+  publish();
+}
+
+// The launch is out, its uses recorded: spill what it used last, and bring
+// back what it and the launch after it need (this thread learns of a launch
+// only once it was issued).
+void PolicyThread::act_on_launch() {
+  read_clock();
+  if (policy_->steps_completed() != deferred_step_) {  // ordinals name another step's blocks now
+    deferred_.clear();
+    deferred_step_ = policy_->steps_completed();
+  }
+  retry_deferred();
+  act(policy_->triggers_ahead(0), policy::Action::Spill);
+  act(policy_->triggers_ahead(0), policy::Action::Prefetch);
+  act(policy_->triggers_ahead(1), policy::Action::Prefetch);
 }
 
 // The allocator's per-class statistics: a block allocated in a step gets the
 // class its ordinal had in the step learned last; at a step's end, the blocks
 // from before it get theirs (the persistent ones).
 void PolicyThread::tag(const policy::Event& e) {
-  const policy::StepTimeline* tl = engine_->planner().last_timeline();
+  const policy::StepTimeline* tl = policy_->planner().last_timeline();
   if (!tl) return;
   auto set = [&](policy::BlockId id, policy::LifetimeClass c) {
     alloc::Block* b = allocator_.lookup(id);
     if (b && b->va == id) allocator_.set_class(b, static_cast<std::uint8_t>(1 + static_cast<int>(c)));
   };
   if (e.kind == policy::EventKind::Alloc) {
-    const auto ord = engine_->ordinal_of(e.a);
+    const auto ord = policy_->ordinal_of(e.a);
     if (ord && *ord < tl->by_ordinal.size()) set(e.a, tl->blocks[tl->by_ordinal[*ord]].cls);
     return;
   }
   for (const policy::BlockRecord& r : tl->blocks)
     if (r.predates_step()) set(r.id, r.cls);
-}
-
-void PolicyThread::record_launch_held() {
-  held_ = false;
-  engine_->record(held_launch_);
-  for (const policy::Event& u : held_uses_) engine_->record(u);
-  publish();
 }
 
 void PolicyThread::read_clock() {
@@ -224,7 +236,7 @@ void PolicyThread::read_clock() {
     if (r == DeviceClock::Read::Ready) {
       // The launches after the last sample, up to this one, shared this time.
       const double each = ns / static_cast<double>(seq - last_sample_);
-      engine_->set_launch_durations(last_sample_ + 1, seq + 1, static_cast<std::uint64_t>(each));
+      policy_->set_launch_durations(last_sample_ + 1, seq + 1, static_cast<std::uint64_t>(each));
       if (recorder_) recorder_->set_launch_durations(last_sample_ + 1, seq + 1, static_cast<std::uint64_t>(each));
       device_launch_ns_ = device_launch_ns_ > 0 ? 0.9 * device_launch_ns_ + 0.1 * each : each;
     }
@@ -237,13 +249,29 @@ void PolicyThread::read_clock() {
   }
 }
 
-void PolicyThread::publish() noexcept {
-  mispredictions_.store(engine_->planner().mispredictions(), std::memory_order_relaxed);
-  steps_learned_.store(engine_->steps_completed(), std::memory_order_relaxed);
+void PolicyThread::publish() {
+  mispredictions_.store(policy_->planner().mispredictions(), std::memory_order_relaxed);
+  const std::uint64_t steps = policy_->steps_completed();
+  steps_learned_.store(steps, std::memory_order_relaxed);
+  const policy::StepTimeline* tl = policy_->planner().last_timeline();
+  if (!tl || steps == learned_.steps) return;  // learned_ is written by this thread only
+  // In place: without markers a step may be a few launches long, and this
+  // runs at each one's end.
+  std::lock_guard lock(learned_mu_);
+  learned_.steps = steps;
+  learned_.signature = tl->signature;
+  learned_.launches = static_cast<std::uint32_t>(tl->ops.size());
+  learned_.classes.resize(tl->blocks.size());
+  for (std::size_t i = 0; i < tl->blocks.size(); ++i) learned_.classes[i] = tl->blocks[i].cls;
+}
+
+PolicyThread::LearnedStep PolicyThread::learned_step() const {
+  std::lock_guard lock(learned_mu_);
+  return learned_;
 }
 
 alloc::Block* PolicyThread::block_for(std::uint32_t ordinal) const {
-  auto id = engine_->block_of(ordinal);
+  auto id = policy_->block_of(ordinal);
   if (!id) return nullptr;
   alloc::Block* b = allocator_.lookup(*id);
   return b && b->va == *id ? b : nullptr;

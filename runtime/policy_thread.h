@@ -1,15 +1,15 @@
 // The planner, fed and obeyed off the launch path. Hooks post events into a
 // lock-free ring (an atomic increment and a few stores); one thread drains
-// it into the policy engine, which learns the step and plans at its end, and
-// carries out the plan's triggers (spill after a block's last use, prefetch
-// ahead of its next) through the allocator. The launch path never plans,
+// it into the policy (policy::PolicyEngine), which learns the step and plans
+// at its end, and carries out the plan's triggers (spill after a block's last
+// use, prefetch ahead of its next) through the allocator. The launch path never plans,
 // never waits for this thread, and never takes its lock.
 //
 // The thread learns of a launch after it was issued (it polls the ring every
 // 50 us rather than being woken per launch), so it acts on a launch's
 // triggers as soon as it takes the launch from the ring (spills of blocks the
 // launch used last, prefetches for it and for the launch after it) and only
-// holds the launch back for the engine until its duration is known. A prefetch
+// holds the launch back from the policy until its duration is known. A prefetch
 // may still arrive late: the launch then waits on it (or fetches on demand),
 // correct either way, and the mover's report of it moves the prefetch earlier
 // in the next step's plan.
@@ -23,11 +23,14 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <thread>
+#include <variant>
 #include <vector>
 
 #include "allocator/allocator.h"
 #include "runtime/device_clock.h"
 #include "policies/event.hpp"
+#include "policies/lifetime_class.hpp"
 #include "policies/trigger_table.hpp"
 
 namespace tierrt {
@@ -45,11 +48,13 @@ class PolicyThread {
   PolicyThread(alloc::Allocator& allocator, CUcontext ctx, std::uint64_t budget, const policy::LinkModel& link,
                Recorder* recorder);
   ~PolicyThread();
+  // Ends the thread once it is idle; posts after it are kept, never read.
+  void stop() noexcept;
 
   void post(const policy::Event& e) noexcept;
-  // A launch; `timed` when the clock recorded its sample (DeviceClock::record).
-  void post_launch(const policy::Event& launch, bool timed) noexcept;
-  DeviceClock& clock() noexcept { return clock_; }
+  // Launch `seq` went out on `stream`; `may_time` unless timing it on the
+  // device could disturb the stream (it is capturing a graph).
+  void post_launch(policy::LaunchSeq seq, policy::StreamId sid, CUstream stream, bool may_time) noexcept;
   // What the mover saw (see alloc::MoveObserver), for the current step's feedback.
   void post_demand_fetch(policy::BlockId block) noexcept;
   void post_late_fetch(policy::BlockId block, std::uint64_t late_ns) noexcept;
@@ -57,37 +62,61 @@ class PolicyThread {
   std::uint64_t dropped() const noexcept { return dropped_.load(); }
   std::uint64_t prefetches_issued() const noexcept { return prefetches_.load(); }
   std::uint64_t spills_issued() const noexcept { return spills_.load(); }
-  // Mover reports that named a block of the step they arrived in.
+  // Demand fetches the mover reported of blocks of the step they arrived in.
   std::uint64_t demand_reports() const noexcept { return demand_reports_.load(); }
-  std::uint64_t late_reports() const noexcept { return late_reports_.load(); }
   // Demand fetches of blocks a followed plan had spilled, and steps planned.
   std::uint64_t mispredictions() const noexcept { return mispredictions_.load(); }
   std::uint64_t steps_learned() const noexcept { return steps_learned_.load(); }
 
+  // The shape of the step learned last, as of steps_learned() steps.
+  struct LearnedStep {
+    std::uint64_t steps = 0;      // steps_learned() when it was taken
+    std::uint64_t signature = 0;  // of the step's token sequence
+    std::uint32_t launches = 0;
+    std::vector<policy::LifetimeClass> classes;  // by block, in the timeline's order
+  };
+  LearnedStep learned_step() const;
+
  private:
-  // What a slot carries: an event, or a mover report (event.a = block, event.b = ns).
-  enum class Channel : std::uint8_t { Event, TimedLaunch, DemandFetch, LateFetch };
+  // What a slot carries: an event, or one of the mover's reports.
+  struct TimedLaunch {
+    policy::Event launch;  // the device clock took a sample right after it
+  };
+  struct DemandFetch {
+    policy::BlockId block;
+  };
+  struct LateFetch {
+    policy::BlockId block;
+    std::uint64_t late_ns;
+  };
+  using Message = std::variant<policy::Event, TimedLaunch, DemandFetch, LateFetch>;
   struct Slot {
     std::atomic<std::uint64_t> turn{0};
-    policy::Event event;
+    Message message;
     std::uint64_t ns = 0;
-    Channel channel = Channel::Event;
   };
   static constexpr std::uint64_t kSlots = 1u << 16;
 
-  void push(const policy::Event& e, Channel channel) noexcept;
+  // `item`: one of Message's alternatives. `timed_now`: the slot gets the
+  // host's time; `wakes`: the thread is woken rather than left to its next poll.
+  template <class Item>
+  void push(const Item& item, bool timed_now, bool wakes) noexcept;
   bool ready() const noexcept;  // the next slot is written
   // How late the thread may learn of a launch: small against the kernels a
   // training step is made of, and a few thousand wake-ups a second at most.
   static constexpr std::uint64_t kPollNs = 50'000;
   void run();
-  bool take(policy::Event* e, std::uint64_t* ns, Channel* channel) noexcept;
+  bool take(Message* m, std::uint64_t* ns) noexcept;
+  void handle(const Message& m, std::uint64_t ns);
   void feed(const policy::Event& e, std::uint64_t ns);
-  void report(Channel channel, const policy::Event& e);
-  void record_launch_held();
+  void report_demand_fetch(const DemandFetch& r);
+  void report_late_fetch(const LateFetch& r);
+  void hold_launch(const policy::Event& launch, std::uint64_t ns);
+  void release_held_launch(std::uint64_t ns);  // into the policy, with its duration
+  void act_on_launch();
   void read_clock();  // device durations of the launches between samples that completed
-  void publish() noexcept;
-  void tag(const policy::Event& e);  // what the engine learned, for stats readers on other threads
+  void publish();
+  void tag(const policy::Event& e);  // what the policy learned, for the allocator's per-class stats
   alloc::Block* block_for(std::uint32_t ordinal) const;
   void act(std::span<const policy::Trigger> triggers, policy::Action action);
   bool carry_out(const policy::Trigger& t);
@@ -96,16 +125,19 @@ class PolicyThread {
   alloc::Allocator& allocator_;
   Recorder* recorder_;
   CUcontext ctx_;
-  std::unique_ptr<policy::PolicyEngine> engine_;
+  std::unique_ptr<policy::PolicyEngine> policy_;
   std::unique_ptr<Slot[]> ring_;
   std::atomic<std::uint64_t> head_{0};  // next slot to write
   std::uint64_t tail_ = 0;              // next slot to read (this thread only)
   std::atomic<bool> sleeping_{false};
+  std::atomic<bool> stopping_{false};
   std::mutex mu_;
   std::condition_variable cv_;
   std::atomic<std::uint64_t> dropped_{0}, prefetches_{0}, spills_{0};
-  std::atomic<std::uint64_t> demand_reports_{0}, late_reports_{0};
+  std::atomic<std::uint64_t> demand_reports_{0};
   std::atomic<std::uint64_t> mispredictions_{0}, steps_learned_{0};
+  mutable std::mutex learned_mu_;
+  LearnedStep learned_;  // guarded by learned_mu_
 
   // The launch held back until its duration is known, and the uses that came with it.
   bool held_ = false;
@@ -118,7 +150,7 @@ class PolicyThread {
   std::size_t samples_read_ = 0;        // of samples_
   std::uint64_t last_sample_ = UINT64_MAX;
   double device_launch_ns_ = 0;         // running mean of a launch's device time; 0: none yet
-  bool failed_ = false;  // the engine threw: events are drained, nothing planned
+  bool failed_ = false;  // the policy threw: events are drained, nothing planned
 
   // Triggers that could not be carried out yet, tried again at each launch.
   struct Deferred {
@@ -129,6 +161,8 @@ class PolicyThread {
   static constexpr std::uint32_t kDeferredTries = 64;
   std::vector<Deferred> deferred_;
   std::size_t deferred_step_ = 0;
+
+  std::thread thread_;  // last: it starts once everything above is ready
 };
 
 }  // namespace tierrt

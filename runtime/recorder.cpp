@@ -2,10 +2,10 @@
 
 #include <sys/mman.h>
 
-#include <chrono>
 #include <cstdio>
 
 #include "policies/trace/trace_file.hpp"
+#include "runtime/host_clock.h"
 #include "runtime/log.h"
 
 namespace tierrt {
@@ -17,12 +17,6 @@ T* reserve(std::uint64_t count) {
   void* p = mmap(nullptr, count * sizeof(T), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                  -1, 0);
   return p == MAP_FAILED ? nullptr : static_cast<T*>(p);
-}
-
-std::uint64_t steady_ns() {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
 }
 
 constexpr const char* kSampleNames[] = {"alloc", "free", "step", "phase", "launches"};
@@ -77,17 +71,6 @@ void Recorder::sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes, s
                       std::uint64_t host_used) noexcept {
   std::uint64_t i = n_samples_.fetch_add(1, std::memory_order_relaxed);
   if (i < kMaxSamples) samples_[i] = ResidencySample{now_ns(), static_cast<std::uint8_t>(kind), ptr, bytes, device_used, host_used};
-}
-
-policy::StreamId Recorder::stream_id(CUstream s) noexcept {
-  if (s == nullptr || s == CU_STREAM_LEGACY) return 0;
-  for (policy::StreamId i = 0; i < 255; ++i) {
-    CUstream cur = streams_[i].load(std::memory_order_acquire);
-    if (cur == s) return i + 1;
-    if (cur == nullptr && streams_[i].compare_exchange_strong(cur, s)) return i + 1;
-    if (cur == s) return i + 1;
-  }
-  return 256;  // more streams than ids: they share one
 }
 
 bool Recorder::write() noexcept {

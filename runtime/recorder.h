@@ -6,8 +6,6 @@
 // so recording on the launch path is an atomic increment and a store.
 #pragma once
 
-#include <cuda.h>
-
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -44,8 +42,6 @@ class Recorder {
   void set_launch_durations(policy::LaunchSeq from, policy::LaunchSeq to, std::uint64_t ns) noexcept;
   void sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes, std::uint64_t device_used,
               std::uint64_t host_used) noexcept;
-  // Small stable ids for streams, as the event format wants them.
-  policy::StreamId stream_id(CUstream s) noexcept;
   std::uint64_t now_ns() const noexcept;
 
   // Writes both files; returns false (after logging one line each) on failure.
@@ -59,7 +55,6 @@ class Recorder {
   ResidencySample* samples_ = nullptr;
   std::atomic<std::uint64_t> n_events_{0}, n_samples_{0};
   std::atomic<std::uint64_t> last_launch_index_{UINT64_MAX}, last_launch_ns_{0};
-  std::atomic<CUstream> streams_[255] = {};
   // Where recent launches are in events_ (index + 1), by sequence number.
   static constexpr std::uint64_t kLaunchRing = 1u << 14;
   std::unique_ptr<std::atomic<std::uint64_t>[]> launch_at_;

@@ -22,11 +22,43 @@ const char* class_name(int c) {
   return c == 0 ? "unclassified" : policy::to_string(static_cast<policy::LifetimeClass>(c - 1));
 }
 
+// What moved between the tiers, and how fast.
+void write_moves(FILE* f, const tierrt_stats& t, const MoveFeedback& moves) noexcept {
+  const std::uint64_t prefetched = t.fetches - t.demand_fetches;
+  std::fprintf(f, "  spilled                 %10llu blocks, %10.1f MiB (%llu more started, then used again in time)\n",
+               static_cast<unsigned long long>(t.spills - std::min(t.spills, t.spills_aborted)), mib(t.bytes_spilled),
+               static_cast<unsigned long long>(t.spills_aborted));
+  std::fprintf(f, "  fetched back            %10llu blocks, %10.1f MiB (%llu prefetched, %llu on demand)\n",
+               static_cast<unsigned long long>(t.fetches), mib(t.bytes_fetched),
+               static_cast<unsigned long long>(prefetched), static_cast<unsigned long long>(t.demand_fetches));
+  if (t.fetches)
+    std::fprintf(f, "  prefetch hit rate       %10.1f %% (%llu prefetches late, by %.2f ms in all)\n",
+                 100.0 * static_cast<double>(prefetched - std::min(prefetched, t.late_fetches)) / t.fetches,
+                 static_cast<unsigned long long>(t.late_fetches), static_cast<double>(moves.late_ns()) / 1e6);
+  if (t.d2h_bytes_per_s || t.h2d_bytes_per_s)
+    std::fprintf(f, "  copies, measured        %10.2f GB/s device to host, %.2f GB/s host to device\n",
+                 static_cast<double>(t.d2h_bytes_per_s) / 1e9, static_cast<double>(t.h2d_bytes_per_s) / 1e9);
+}
+
+// What the planner did, and the shape of the step it learned last.
+void write_planner(FILE* f, const tierrt_stats& t, const PolicyThread& p) noexcept {
+  std::fprintf(f, "  planner                 %10llu spills, %llu prefetches started over %llu steps; "
+               "%llu mispredictions; %llu events dropped\n",
+               static_cast<unsigned long long>(t.planned_spills), static_cast<unsigned long long>(t.planned_prefetches),
+               static_cast<unsigned long long>(t.steps_learned), static_cast<unsigned long long>(t.mispredictions),
+               static_cast<unsigned long long>(p.dropped()));
+  try {
+    const PolicyThread::LearnedStep step = p.learned_step();
+    if (step.steps)
+      std::fprintf(f, "  step learned last       %10u launches, %zu blocks\n", step.launches, step.classes.size());
+  } catch (...) {  // no memory for the copy at exit: leave the line out
+  }
+}
+
 }  // namespace
 
 void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
-  Engine& engine = const_cast<Engine&>(e);
-  const alloc::Stats s = engine.allocator().stats();
+  const alloc::Stats s = e.allocator_stats();
   tierrt_stats t{};
   t.struct_size = sizeof t;
   t.device_bytes_in_use = s.device_used;
@@ -74,8 +106,7 @@ void write_stats_report(const Engine& e) noexcept {
   tierrt_stats t{};
   t.struct_size = sizeof t;
   fill_public_stats(e, &t);
-  const alloc::Stats s = const_cast<Engine&>(e).allocator().stats();
-  const std::uint64_t prefetched = t.fetches - t.demand_fetches;
+  const alloc::Stats s = e.allocator_stats();
   std::fprintf(f, "tierrt stats (pid %d)\n", static_cast<int>(getpid()));
   std::fprintf(f, "  peak device memory      %10.1f MiB with tiering, %10.1f MiB of live tracked blocks (without)\n",
                mib(t.device_peak_bytes), mib(t.peak_bytes_untiered));
@@ -83,30 +114,13 @@ void write_stats_report(const Engine& e) noexcept {
                mib(t.host_budget));
   std::fprintf(f, "  host tier               %10.1f MiB now, %10.1f MiB at peak\n", mib(t.host_bytes_in_use),
                mib(t.host_peak_bytes));
-  std::fprintf(f, "  spilled                 %10llu blocks, %10.1f MiB (%llu more started, then used again in time)\n",
-               static_cast<unsigned long long>(t.spills - std::min(t.spills, t.spills_aborted)), mib(t.bytes_spilled),
-               static_cast<unsigned long long>(t.spills_aborted));
-  std::fprintf(f, "  fetched back            %10llu blocks, %10.1f MiB (%llu prefetched, %llu on demand)\n",
-               static_cast<unsigned long long>(t.fetches), mib(t.bytes_fetched),
-               static_cast<unsigned long long>(prefetched), static_cast<unsigned long long>(t.demand_fetches));
-  if (t.fetches)
-    std::fprintf(f, "  prefetch hit rate       %10.1f %% (%llu prefetches late, by %.2f ms in all)\n",
-                 100.0 * static_cast<double>(prefetched - std::min(prefetched, t.late_fetches)) / t.fetches,
-                 static_cast<unsigned long long>(t.late_fetches), static_cast<double>(e.moves().late_ns()) / 1e6);
-  if (t.d2h_bytes_per_s || t.h2d_bytes_per_s)
-    std::fprintf(f, "  copies, measured        %10.2f GB/s device to host, %.2f GB/s host to device\n",
-                 static_cast<double>(t.d2h_bytes_per_s) / 1e9, static_cast<double>(t.h2d_bytes_per_s) / 1e9);
+  write_moves(f, t, e.moves());
   std::fprintf(f, "  allocations             %10llu tracked, %llu reached the driver (%llu cache hits)\n",
                static_cast<unsigned long long>(t.allocations), static_cast<unsigned long long>(t.driver_allocations),
                static_cast<unsigned long long>(s.cache_hits));
   std::fprintf(f, "  launches seen           %10llu; steps marked %llu\n", static_cast<unsigned long long>(t.launches_seen),
                static_cast<unsigned long long>(t.steps_marked));
-  if (e.planner())
-    std::fprintf(f, "  planner                 %10llu spills, %llu prefetches started over %llu steps; "
-                 "%llu mispredictions; %llu events dropped\n",
-                 static_cast<unsigned long long>(t.planned_spills), static_cast<unsigned long long>(t.planned_prefetches),
-                 static_cast<unsigned long long>(t.steps_learned), static_cast<unsigned long long>(t.mispredictions),
-                 static_cast<unsigned long long>(e.planner()->dropped()));
+  if (const PolicyThread* p = e.planner()) write_planner(f, t, *p);
   bool any_class = false;
   for (int c = 1; c < 8; ++c) any_class |= s.class_bytes[c] != 0;
   if (any_class) {  // only when something classified the blocks still live

@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "driver/driver.h"
-#include "preload/launch_path.h"
 #include "runtime/engine.h"
 #include "simdev/simdev.h"
 
@@ -79,7 +78,7 @@ void run_launches(benchmark::State& st, bool hooked, bool launch_too) {
     return launch_too ? TIERRT_CU(cuLaunchKernel, s.f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr) : CUDA_SUCCESS;
   };
   for (auto _ : st) {
-    CUresult r = hooked ? tierrt::preload::launch_through(s.engine, s.f, nullptr, params, nullptr, call) : call();
+    CUresult r = hooked ? s.engine->launch(s.f, nullptr, params, nullptr, call) : call();
     if (r) std::abort();
   }
   cuCtxSynchronize();
@@ -89,19 +88,6 @@ void BM_LaunchDirect(benchmark::State& st) { run_launches(st, false, true); }
 void BM_LaunchThroughHook(benchmark::State& st) { run_launches(st, true, true); }
 void BM_HookWorkOnly(benchmark::State& st) { run_launches(st, true, false); }
 
-// Just finding the 8 blocks (the part that runs on every launch, even when
-// every block is resident and nothing else is needed).
-void BM_LookupOnly(benchmark::State& st) {
-  const Setup& s = setup();
-  CUdeviceptr ptrs[8];
-  void* params[8];
-  launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
-  for (auto _ : st) {
-    tierrt::BlockList list;
-    s.engine->collect_launch(s.f, params, nullptr, list);
-    benchmark::DoNotOptimize(list);
-  }
-}
 
 void BM_AllocFreeDriver(benchmark::State& st) {
   setup();
@@ -117,15 +103,14 @@ void BM_AllocFreeTierrt(benchmark::State& st) {
   const size_t bytes = static_cast<size_t>(st.range(0));
   for (auto _ : st) {
     CUdeviceptr p;
-    CUresult r;
-    if (e->allocate(&p, bytes, nullptr) || !e->free(p, nullptr, &r) || r) std::abort();
+    if (e->allocate(&p, bytes, nullptr) || e->free_async(p, nullptr, [] { return CUDA_ERROR_NOT_FOUND; }))
+      std::abort();
   }
 }
 
 BENCHMARK(BM_LaunchDirect)->Arg(100)->Arg(1000)->Arg(10000);
 BENCHMARK(BM_LaunchThroughHook)->Arg(100)->Arg(1000)->Arg(10000);
 BENCHMARK(BM_HookWorkOnly)->Arg(100)->Arg(1000)->Arg(10000);
-BENCHMARK(BM_LookupOnly)->Arg(100)->Arg(1000)->Arg(10000);
 BENCHMARK(BM_AllocFreeDriver)->Arg(4 << 20)->Arg(64 << 20);
 BENCHMARK(BM_AllocFreeTierrt)->Arg(4 << 20)->Arg(64 << 20);
 

@@ -9,64 +9,33 @@
 #include <thread>
 #include <vector>
 
-#include "driver/driver.h"
-#include "preload/hook_guard.h"
-#include "preload/launch_path.h"
 #include "runtime/engine.h"
-#include "simdev/simdev.h"
+#include "tests/runtime/simdev_kernels.h"
 
 namespace tierrt {
 namespace {
 
-uint32_t value(uint32_t step, uint32_t layer, size_t i) { return step * 31u + layer * 1009u + static_cast<uint32_t>(i); }
-
-void forward(const simdev_launch* l) {
-  auto* out = *static_cast<uint32_t* const*>(l->params[0]);
-  size_t n = *static_cast<const size_t*>(l->params[1]);
-  uint32_t step = *static_cast<const uint32_t*>(l->params[2]), layer = *static_cast<const uint32_t*>(l->params[3]);
-  for (size_t i = 0; i < n; i += 64) out[i] = value(step, layer, i);
-}
-
-void backward(const simdev_launch* l) {
-  auto* act = *static_cast<uint32_t* const*>(l->params[0]);
-  size_t n = *static_cast<const size_t*>(l->params[1]);
-  uint32_t step = *static_cast<const uint32_t*>(l->params[2]), layer = *static_cast<const uint32_t*>(l->params[3]);
-  auto* bad = *static_cast<uint32_t* const*>(l->params[4]);
-  for (size_t i = 0; i < n; i += 64)
-    if (act[i] != value(step, layer, i)) *bad += 1;
-}
-
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    ASSERT_TRUE(drv::loaded());
-    // The driver is loaded by tierrt's own table, privately: ask it directly.
-    auto reg = reinterpret_cast<int (*)(const simdev_kernel_desc*)>(drv::resolve("simdev_register_kernel"));
-    ASSERT_NE(nullptr, reg) << "runs on simdev";
-    const size_t fs[] = {8, 8, 4, 4}, bs[] = {8, 8, 4, 4, 8};
-    simdev_kernel_desc f{"engine_test_forward", &forward, 4, fs, nullptr, 100000};
-    simdev_kernel_desc b{"engine_test_backward", &backward, 5, bs, nullptr, 100000};
-    ASSERT_EQ(0, reg(&f));
-    ASSERT_EQ(0, reg(&b));
-    CUdevice dev;
-    CUcontext ctx;
-    CUmodule m;
-    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuInit, 0));
-    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuDeviceGet, &dev, 0));
-    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuDevicePrimaryCtxRetain, &ctx, dev));
-    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuCtxSetCurrent, ctx));
-    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuModuleLoadData, &m, "simdev"));
-    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuModuleGetFunction, &fwd_, m, "engine_test_forward"));
-    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuModuleGetFunction, &bwd_, m, "engine_test_backward"));
-    ctx_ = ctx;
+    testing_simdev::Kernels k;
+    ASSERT_NO_FATAL_FAILURE(testing_simdev::set_up(&k));
+    fwd_ = k.write;
+    bwd_ = k.check;
+    ctx_ = k.ctx;
     engine_ = Engine::start();
     ASSERT_NE(nullptr, engine_) << "the engine did not start";
   }
 
   CUresult launch(CUfunction f, void** params) {
-    return preload::launch_through(engine_, f, nullptr, params, nullptr, [&] {
+    return engine_->launch(f, nullptr, params, nullptr, [&] {
       return TIERRT_CU(cuLaunchKernel, f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
     });
+  }
+
+  // Frees a block the engine handed out: forwarding to the driver would be wrong.
+  CUresult free_tracked(CUdeviceptr p) {
+    return engine_->free_async(p, nullptr, [] { return CUDA_ERROR_NOT_FOUND; });
   }
 
   CUfunction fwd_ = nullptr, bwd_ = nullptr;
@@ -87,8 +56,7 @@ TEST_F(EngineTest, TrainingLoopKeepsEveryActivationWhileAnotherThreadAllocates) 
     if (TIERRT_CU(cuCtxSetCurrent, ctx_) != CUDA_SUCCESS) std::abort();
     while (!stop.load()) {
       CUdeviceptr p;
-      CUresult r;
-      if (engine_->allocate(&p, 64u << 10, nullptr) == CUDA_SUCCESS) engine_->free(p, nullptr, &r);
+      if (engine_->allocate(&p, 64u << 10, nullptr) == CUDA_SUCCESS) (void)free_tracked(p);
     }
   });
 
@@ -108,22 +76,17 @@ TEST_F(EngineTest, TrainingLoopKeepsEveryActivationWhileAnotherThreadAllocates) 
     for (uint32_t l = layers; l-- > 0;) {
       void* p[] = {&act[l], const_cast<size_t*>(&n), &step, &l, &bad};
       ASSERT_EQ(CUDA_SUCCESS, launch(bwd_, p));
-      CUresult r;
-      ASSERT_TRUE(engine_->free(act[l], nullptr, &r));
-      ASSERT_EQ(CUDA_SUCCESS, r);
+      ASSERT_EQ(CUDA_SUCCESS, free_tracked(act[l]));
     }
     engine_->note_step();
     uint32_t wrong = 1;
-    BlockList blocks;
-    engine_->collect_range(bad, 4, blocks);
-    ASSERT_EQ(CUDA_SUCCESS, engine_->before_use(blocks, CU_STREAM_LEGACY));
-    ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuMemcpyDtoH, &wrong, bad, 4));
-    engine_->after_use(blocks, CU_STREAM_LEGACY, true);
+    ASSERT_EQ(CUDA_SUCCESS, engine_->access({{bad, 4}}, CU_STREAM_LEGACY,
+                                            [&] { return TIERRT_CU(cuMemcpyDtoH, &wrong, bad, 4); }));
     ASSERT_EQ(0u, wrong) << "step " << step;
   }
   stop.store(true);
   churn.join();
-  const alloc::Stats s = engine_->allocator().stats();
+  const alloc::Stats s = engine_->allocator_stats();
   EXPECT_GT(s.spills, 0u) << "the loop never exceeded the budget";
   ASSERT_NE(nullptr, engine_->planner());
   EXPECT_GT(engine_->planner()->spills_issued() + engine_->planner()->prefetches_issued(), 0u)

@@ -1,0 +1,41 @@
+// The distinct blocks one launch or copy names, gathered by the engine on the
+// caller's stack; on the heap only for the rare launch that names more than
+// kInline (a kernel taking a table of pointers by value: up to 4096 in 32 KiB
+// of parameters). Engine-internal: hooks never see one.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "allocator/block.h"
+
+namespace tierrt {
+
+class BlockList {
+ public:
+  static constexpr int kInline = 256;
+  void add(alloc::Block* b) noexcept {
+    if (!more_.empty() || n_ == kInline) return add_more(b);
+    for (int i = 0; i < n_; ++i)
+      if (items_[i] == b) return;
+    items_[n_++] = b;
+  }
+  bool empty() const noexcept { return n_ == 0 && more_.empty(); }
+  // The heap could not hold the list: the work must not go out (some of its
+  // blocks would not be made resident).
+  bool incomplete() const noexcept { return incomplete_; }
+  std::span<alloc::Block* const> span() const noexcept {
+    if (!more_.empty()) return {more_.data(), more_.size()};
+    return {items_, static_cast<std::size_t>(n_)};
+  }
+
+ private:
+  void add_more(alloc::Block* b) noexcept;
+  alloc::Block* items_[kInline];
+  int n_ = 0;
+  std::vector<alloc::Block*> more_;
+  bool incomplete_ = false;
+};
+
+}  // namespace tierrt
