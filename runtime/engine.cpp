@@ -1,13 +1,13 @@
 #include "runtime/engine.h"
 
 #include <pthread.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 
+#include "allocator/budget_defaults.h"
 #include "driver/driver.h"
 #include "runtime/log.h"
 #include "runtime/stats_report.h"
@@ -23,11 +23,6 @@ bool g_settings_read = false;
 bool g_off = false;  // decided for the whole process: off, bad settings, or no driver
 Settings* g_settings = nullptr;
 
-std::uint64_t physical_ram() noexcept {
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? std::uint64_t(pages) * std::uint64_t(page) : 0;
-}
-
 bool read_once() noexcept {
   if (g_settings_read) return !g_off;
   g_settings_read = true;
@@ -42,7 +37,7 @@ bool read_once() noexcept {
   }
   g_settings = s;
   log::configure(s->log_level, s->log_file.c_str());
-  if (s->mode == Mode::kOff) g_off = true;
+  if (s->mode == Mode::Off) g_off = true;
   return !g_off;
 }
 
@@ -68,7 +63,7 @@ CUresult current_device(CUcontext* ctx, CUdevice* dev, size_t* total) noexcept {
 Engine::Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext ctx, CUmemoryPool default_pool)
     : settings_(s), alloc_(std::move(a)), ctx_(ctx), default_pool_(default_pool) {
   if (!s.record.empty() || !s.trace.empty()) recorder_ = std::make_unique<Recorder>(s.record, s.trace);
-  if (s.mode == Mode::kTier && s.policy == Policy::Planner)
+  if (s.mode == Mode::Tier && s.policy == Policy::Planner)
     policy_ = std::make_unique<PolicyThread>(*alloc_, ctx, alloc_->stats().device_budget, s.link, recorder_.get());
   feedback_ = std::make_unique<MoveFeedback>(recorder_.get(), policy_.get());
   alloc_->set_observer(feedback_.get());
@@ -91,12 +86,12 @@ std::unique_ptr<Engine> Engine::create(const Settings& s, CUresult* err) noexcep
   CUmemoryPool pool = nullptr;
   if (TIERRT_CU(cuDeviceGetDefaultMemPool, &pool, dev) != CUDA_SUCCESS) pool = nullptr;
   try {
-    const alloc::Options options = allocator_options(resolve(s, {total, physical_ram()}));
+    const alloc::Options options = allocator_options(resolve(s, {total, alloc::physical_ram()}));
     std::unique_ptr<alloc::Allocator> a = alloc::Allocator::create(options, err);
     if (!a) return nullptr;
     const alloc::Stats st = a->stats();
-    TIERRT_LOG(kInfo, "started on device %d: mode %s, spill %s, device budget %llu MiB, host budget %llu MiB", dev,
-               s.mode == Mode::kTier ? "tier" : "observe", alloc::to_string(a->mode()),
+    TIERRT_LOG(Info, "started on device %d: mode %s, spill %s, device budget %llu MiB, host budget %llu MiB", dev,
+               s.mode == Mode::Tier ? "tier" : "observe", alloc::to_string(a->mode()),
                static_cast<unsigned long long>(st.device_budget >> 20),
                static_cast<unsigned long long>(st.host_budget >> 20));
     return std::unique_ptr<Engine>(new Engine(s, std::move(a), ctx, pool));
@@ -112,7 +107,7 @@ Engine* Engine::start() noexcept {
   if (Engine* e = active()) return e;
   if (!read_once()) return nullptr;
   if (!drv::loaded()) {
-    TIERRT_LOG(kError, "libcuda.so.1 could not be loaded; tierrt is off");
+    TIERRT_LOG(Error, "libcuda.so.1 could not be loaded; tierrt is off");
     g_off = true;
     return nullptr;
   }
@@ -121,7 +116,7 @@ Engine* Engine::start() noexcept {
   CUresult err = CUDA_SUCCESS;
   Engine* e = create(*g_settings, &err).release();  // lives until exit
   if (!e) {
-    TIERRT_LOG(kError, "cannot start (%s); tierrt is off", drv::result_name(err));
+    TIERRT_LOG(Error, "cannot start (%s); tierrt is off", drv::result_name(err));
     g_off = true;
     return nullptr;
   }
@@ -174,12 +169,12 @@ void Engine::emit(const policy::Event& e) noexcept {
 void Engine::note_step() noexcept {
   const std::uint64_t index = steps_.fetch_add(1, std::memory_order_relaxed);
   emit(policy::Event::step(index));
-  sample(SampleKind::kStep, index, 0);
+  sample(SampleKind::Step, index, 0);
 }
 
 void Engine::note_phase(int phase) noexcept {
   emit(policy::Event::phase(static_cast<policy::Phase>(phase)));
-  sample(SampleKind::kPhase, static_cast<std::uint64_t>(phase), 0);
+  sample(SampleKind::Phase, static_cast<std::uint64_t>(phase), 0);
 }
 
 void Engine::note_sync(CUstream stream, bool all_streams) noexcept {
@@ -207,7 +202,7 @@ CUresult Engine::allocate(CUdeviceptr* out, size_t bytes, CUstream stream) noexc
   if (alloc::Block* b = alloc_->lookup(*out)) {
     add_live(static_cast<std::int64_t>(b->size));
     if (listening()) emit(policy::Event::alloc(b->va, b->size, streams_.id(stream)));
-    sample(SampleKind::kAlloc, b->va, b->size);
+    sample(SampleKind::Alloc, b->va, b->size);
   }
   return r;
 }
@@ -220,7 +215,7 @@ bool Engine::free_tracked(CUdeviceptr ptr, CUstream stream, CUresult* result) no
   if (*result == CUDA_SUCCESS && size) {
     add_live(-static_cast<std::int64_t>(size));
     if (listening()) emit(policy::Event::free(ptr, streams_.id(stream)));
-    sample(SampleKind::kFree, ptr, size);
+    sample(SampleKind::Free, ptr, size);
   }
   return true;
 }

@@ -10,7 +10,7 @@
 namespace tierrt::log {
 
 namespace {
-std::atomic<int> g_level{static_cast<int>(LogLevel::kWarn)};
+std::atomic<int> g_level{static_cast<int>(LogLevel::Warn)};
 std::atomic<int> g_fd{2};
 constexpr const char* kNames[] = {"", "error", "warn", "info", "debug"};
 }  // namespace
@@ -20,7 +20,7 @@ void configure(LogLevel level, const char* file) {
   if (file && *file) {
     int fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0) g_fd.store(fd);
-    else write(LogLevel::kError, "cannot open TIERRT_LOG_FILE=\"%s\"; logging to stderr", file);
+    else write(LogLevel::Error, "cannot open TIERRT_LOG_FILE=\"%s\"; logging to stderr", file);
   }
 }
 

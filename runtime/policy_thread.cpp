@@ -108,7 +108,7 @@ void PolicyThread::run() {
     } catch (const std::exception& x) {
       // The planner is an optimisation: whatever goes wrong in it must not
       // take the job down.
-      TIERRT_LOG(kError, "the planner stopped (%s); the reactive policy stays in charge", x.what());
+      TIERRT_LOG(Error, "the planner stopped (%s); the reactive policy stays in charge", x.what());
       failed_ = true;
     }
     while (failed_ && take(&m, &ns)) {

@@ -26,10 +26,10 @@ constexpr const char* kSampleNames[] = {"alloc", "free", "step", "phase", "launc
 Recorder::Recorder(const std::string& events_path, const std::string& trace_path)
     : events_path_(events_path), trace_path_(trace_path), start_ns_(steady_ns()) {
   if (!events_path_.empty() && !(events_ = reserve<policy::Event>(kMaxEvents)))
-    TIERRT_LOG(kError, "cannot reserve memory for TIERRT_RECORD; not recording");
+    TIERRT_LOG(Error, "cannot reserve memory for TIERRT_RECORD; not recording");
   if (events_) launch_at_.reset(new std::atomic<std::uint64_t>[kLaunchRing]());
   if (!trace_path_.empty() && !(samples_ = reserve<ResidencySample>(kMaxSamples)))
-    TIERRT_LOG(kError, "cannot reserve memory for TIERRT_TRACE; not tracing");
+    TIERRT_LOG(Error, "cannot reserve memory for TIERRT_TRACE; not tracing");
 }
 
 std::uint64_t Recorder::now_ns() const noexcept { return steady_ns() - start_ns_; }
@@ -78,19 +78,19 @@ bool Recorder::write() noexcept {
   if (events_) {
     std::uint64_t n = std::min(n_events_.load(), kMaxEvents);
     if (n_events_.load() > kMaxEvents)
-      TIERRT_LOG(kWarn, "TIERRT_RECORD kept the first %llu events of %llu", static_cast<unsigned long long>(n),
+      TIERRT_LOG(Warn, "TIERRT_RECORD kept the first %llu events of %llu", static_cast<unsigned long long>(n),
                  static_cast<unsigned long long>(n_events_.load()));
     try {
       policy::write_trace_file(events_path_, policy::Trace(events_, events_ + n));
     } catch (const std::exception& e) {
-      TIERRT_LOG(kError, "TIERRT_RECORD: %s", e.what());
+      TIERRT_LOG(Error, "TIERRT_RECORD: %s", e.what());
       ok = false;
     }
   }
   if (samples_) {
     FILE* f = std::fopen(trace_path_.c_str(), "w");
     if (!f) {
-      TIERRT_LOG(kError, "cannot write TIERRT_TRACE=\"%s\"", trace_path_.c_str());
+      TIERRT_LOG(Error, "cannot write TIERRT_TRACE=\"%s\"", trace_path_.c_str());
       return false;
     }
     std::uint64_t n = std::min(n_samples_.load(), kMaxSamples);
@@ -101,7 +101,7 @@ bool Recorder::write() noexcept {
       double us = static_cast<double>(s.ns) / 1e3;
       std::fprintf(f, ",\n{\"ph\":\"C\",\"pid\":1,\"name\":\"memory (MiB)\",\"ts\":%.3f,\"args\":{\"device\":%.3f,\"host\":%.3f}}",
                    us, static_cast<double>(s.device_used) / 1048576.0, static_cast<double>(s.host_used) / 1048576.0);
-      if (s.kind != static_cast<std::uint8_t>(SampleKind::kLaunches))
+      if (s.kind != static_cast<std::uint8_t>(SampleKind::Launches))
         std::fprintf(f, ",\n{\"ph\":\"i\",\"s\":\"p\",\"pid\":1,\"tid\":1,\"name\":\"%s\",\"ts\":%.3f,\"args\":{\"ptr\":\"0x%llx\",\"bytes\":%llu}}",
                      kSampleNames[s.kind], us, static_cast<unsigned long long>(s.ptr),
                      static_cast<unsigned long long>(s.bytes));

@@ -24,7 +24,7 @@ struct ResidencySample {
   std::uint64_t device_used, host_used;
 };
 
-enum class SampleKind : std::uint8_t { kAlloc, kFree, kStep, kPhase, kLaunches };
+enum class SampleKind : std::uint8_t { Alloc, Free, Step, Phase, Launches };
 
 class Recorder {
  public:

@@ -107,7 +107,7 @@ ResolvedSettings resolve(const Settings& s, const MachineFacts& machine) noexcep
                                 : alloc::default_host_budget(machine.physical_ram);
   r.min_bytes = s.min_bytes;
   r.spill_mode = s.spill_mode;
-  if (s.mode == Mode::kObserve) r.host_budget = 1;
+  if (s.mode == Mode::Observe) r.host_budget = 1;
   return r;
 }
 

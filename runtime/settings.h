@@ -13,15 +13,15 @@
 
 namespace tierrt {
 
-enum class Mode { kOff, kObserve, kTier };
-enum class LogLevel { kOff, kError, kWarn, kInfo, kDebug };
+enum class Mode { Off, Observe, Tier };
+enum class LogLevel { Off, Error, Warn, Info, Debug };
 
 // What decides spills: the planner learns the step and plans ahead; reactive
 // spills the coldest idle blocks when over budget and fetches on demand.
 enum class Policy : std::uint8_t { Planner, Reactive };
 
 struct Settings {
-  Mode mode = Mode::kTier;                               // TIERRT_MODE: off | observe | tier
+  Mode mode = Mode::Tier;                               // TIERRT_MODE: off | observe | tier
   std::optional<config::ByteSize> device_budget;         // TIERRT_DEVICE_BUDGET (bytes or % of the device)
   std::optional<config::ByteSize> host_budget;           // TIERRT_HOST_BUDGET (bytes or % of RAM)
   std::uint64_t min_bytes = 1ull << 20;                  // TIERRT_MIN_BYTES (bytes)
@@ -32,7 +32,7 @@ struct Settings {
   std::string stats;                                     // TIERRT_STATS: "" off, "-" stderr, else a file
   std::string trace;                                     // TIERRT_TRACE: Chrome trace JSON file
   std::string record;                                    // TIERRT_RECORD: event-stream file (trace format)
-  LogLevel log_level = LogLevel::kWarn;                  // TIERRT_LOG
+  LogLevel log_level = LogLevel::Warn;                  // TIERRT_LOG
   std::string log_file;                                  // TIERRT_LOG_FILE ("" is stderr)
 };
 

@@ -100,7 +100,7 @@ void write_stats_report(const Engine& e) noexcept {
   if (where.empty()) return;
   FILE* f = where == "-" ? stderr : std::fopen(where.c_str(), "w");
   if (!f) {
-    TIERRT_LOG(kError, "cannot write TIERRT_STATS=\"%s\"", where.c_str());
+    TIERRT_LOG(Error, "cannot write TIERRT_STATS=\"%s\"", where.c_str());
     return;
   }
   tierrt_stats t{};

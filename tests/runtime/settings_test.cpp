@@ -40,7 +40,7 @@ TEST_F(SettingsTest, DefaultsWithAnEmptyEnvironment) {
   Settings s;
   std::string err;
   ASSERT_TRUE(read(&s, &err)) << err;
-  EXPECT_EQ(Mode::kTier, s.mode);  // preloading is consent
+  EXPECT_EQ(Mode::Tier, s.mode);  // preloading is consent
   EXPECT_FALSE(s.device_budget);
   EXPECT_FALSE(s.host_budget);
   EXPECT_EQ(1u << 20, s.min_bytes);
@@ -53,12 +53,12 @@ TEST_F(SettingsTest, DefaultsWithAnEmptyEnvironment) {
   EXPECT_TRUE(s.stats.empty());
   EXPECT_TRUE(s.trace.empty());
   EXPECT_TRUE(s.record.empty());
-  EXPECT_EQ(LogLevel::kWarn, s.log_level);
+  EXPECT_EQ(LogLevel::Warn, s.log_level);
   EXPECT_TRUE(s.log_file.empty());
 }
 
 TEST_F(SettingsTest, Mode) {
-  for (auto [v, m] : {std::pair{"off", Mode::kOff}, {"observe", Mode::kObserve}, {"tier", Mode::kTier}, {"TIER", Mode::kTier}}) {
+  for (auto [v, m] : {std::pair{"off", Mode::Off}, {"observe", Mode::Observe}, {"tier", Mode::Tier}, {"TIER", Mode::Tier}}) {
     g_env = {{"TIERRT_MODE", v}};
     Settings s;
     std::string err;
@@ -195,7 +195,7 @@ TEST_F(SettingsTest, FlagsAndOutputs) {
   EXPECT_EQ("-", s.stats);
   EXPECT_EQ("/tmp/t.json", s.trace);
   EXPECT_EQ("/tmp/r.trace", s.record);
-  EXPECT_EQ(LogLevel::kDebug, s.log_level);
+  EXPECT_EQ(LogLevel::Debug, s.log_level);
   EXPECT_EQ("/tmp/tierrt.log", s.log_file);
 
   g_env = {{"TIERRT_STATS", "/tmp/stats.txt"}, {"TIERRT_VIRTUAL_MEMINFO", "off"}};
