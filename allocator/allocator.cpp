@@ -3,7 +3,7 @@
 #include <cassert>
 #include <new>
 
-#include "allocator/parts.h"
+#include "parts.h"
 #include "driver/driver.h"
 
 namespace tierrt::alloc {

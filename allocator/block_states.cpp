@@ -1,4 +1,4 @@
-#include "allocator/block_states.h"
+#include "block_states.h"
 
 #include <cassert>
 #include <optional>

@@ -18,9 +18,9 @@
 
 #include "allocator/allocator.h"
 #include "allocator/block.h"
-#include "allocator/block_cache.h"
-#include "allocator/lock_rank.h"
-#include "allocator/ranked_mutex.h"
+#include "block_cache.h"
+#include "lock_rank.h"
+#include "ranked_mutex.h"
 
 namespace tierrt::alloc {
 

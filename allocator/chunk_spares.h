@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "allocator/lock_rank.h"
-#include "allocator/ranked_mutex.h"
+#include "lock_rank.h"
+#include "ranked_mutex.h"
 
 namespace tierrt::alloc {
 

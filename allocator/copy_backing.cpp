@@ -1,4 +1,4 @@
-#include "allocator/copy_backing.h"
+#include "copy_backing.h"
 
 #include "driver/driver.h"
 

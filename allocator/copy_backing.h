@@ -2,7 +2,7 @@
 // arena, and the block's VA stays reserved but unmapped while it is spilled.
 #pragma once
 
-#include "allocator/host_backing.h"
+#include "host_backing.h"
 
 namespace tierrt::alloc {
 

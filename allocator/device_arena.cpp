@@ -1,4 +1,4 @@
-#include "allocator/device_arena.h"
+#include "device_arena.h"
 
 #include <algorithm>
 #include <bit>

@@ -12,9 +12,9 @@
 #include <span>
 
 #include "allocator/block.h"
-#include "allocator/budget.h"
-#include "allocator/chunk_spares.h"
-#include "allocator/granule_table.h"
+#include "budget.h"
+#include "chunk_spares.h"
+#include "granule_table.h"
 
 namespace tierrt::alloc {
 

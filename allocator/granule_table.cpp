@@ -1,4 +1,4 @@
-#include "allocator/granule_table.h"
+#include "granule_table.h"
 
 #include <sys/mman.h>
 

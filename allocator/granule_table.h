@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <mutex>
 
-#include "allocator/lock_rank.h"
-#include "allocator/ranked_mutex.h"
+#include "lock_rank.h"
+#include "ranked_mutex.h"
 
 namespace tierrt::alloc {
 

@@ -1,10 +1,10 @@
-#include "allocator/host_backing.h"
+#include "host_backing.h"
 
 #include <new>
 
 #include "allocator/budget_defaults.h"
-#include "allocator/copy_backing.h"
-#include "allocator/remap_backing.h"
+#include "copy_backing.h"
+#include "remap_backing.h"
 
 namespace tierrt::alloc {
 

@@ -15,9 +15,9 @@
 
 #include "allocator/allocator.h"
 #include "allocator/block.h"
-#include "allocator/budget.h"
-#include "allocator/device_arena.h"
-#include "allocator/host_tier.h"
+#include "budget.h"
+#include "device_arena.h"
+#include "host_tier.h"
 
 namespace tierrt::alloc {
 

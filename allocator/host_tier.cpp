@@ -1,11 +1,11 @@
-#include "allocator/host_tier.h"
+#include "host_tier.h"
 
 #include <algorithm>
 #include <map>
 #include <new>
 #include <vector>
 
-#include "allocator/jemalloc_shim.h"
+#include "jemalloc_shim.h"
 #include "driver/driver.h"
 
 namespace tierrt::alloc {

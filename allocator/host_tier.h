@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <mutex>
 
-#include "allocator/chunk_spares.h"
-#include "allocator/lock_rank.h"
-#include "allocator/ranked_mutex.h"
+#include "chunk_spares.h"
+#include "lock_rank.h"
+#include "ranked_mutex.h"
 
 namespace tierrt::alloc {
 

@@ -10,7 +10,7 @@
 
 #include <jemalloc/jemalloc.h>
 
-#include "allocator/jemalloc_shim.h"
+#include "jemalloc_shim.h"
 
 static const tierrt_je_ops* g_ops;
 

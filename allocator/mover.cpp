@@ -1,9 +1,9 @@
-#include "allocator/mover.h"
+#include "mover.h"
 
 #include <cassert>
 #include <new>
 
-#include "allocator/steady_clock.h"
+#include "steady_clock.h"
 #include "driver/driver.h"
 
 namespace tierrt::alloc {

@@ -26,10 +26,10 @@
 #include <span>
 
 #include "allocator/allocator.h"
-#include "allocator/block_states.h"
-#include "allocator/device_arena.h"
-#include "allocator/host_backing.h"
-#include "allocator/use_tracker.h"
+#include "block_states.h"
+#include "device_arena.h"
+#include "host_backing.h"
+#include "use_tracker.h"
 
 namespace tierrt::alloc {
 

@@ -15,12 +15,12 @@
 #include <unordered_set>
 
 #include "allocator/allocator.h"
-#include "allocator/block_states.h"
-#include "allocator/device_arena.h"
-#include "allocator/host_backing.h"
-#include "allocator/mover.h"
-#include "allocator/slab_pools.h"
-#include "allocator/use_tracker.h"
+#include "block_states.h"
+#include "device_arena.h"
+#include "host_backing.h"
+#include "mover.h"
+#include "slab_pools.h"
+#include "use_tracker.h"
 
 namespace tierrt::alloc {
 

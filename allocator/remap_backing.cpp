@@ -1,4 +1,4 @@
-#include "allocator/remap_backing.h"
+#include "remap_backing.h"
 
 #include <algorithm>
 

@@ -3,7 +3,7 @@
 // block's own VA, so that any access still works, over the link.
 #pragma once
 
-#include "allocator/host_backing.h"
+#include "host_backing.h"
 
 namespace tierrt::alloc {
 

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "allocator/parts.h"
+#include "parts.h"
 #include "driver/driver.h"
 
 namespace tierrt::alloc {

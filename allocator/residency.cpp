@@ -1,7 +1,7 @@
 // Launch residency: what the runtime calls around every launch, copy and
 // memset (ensure_resident, enqueue, record_use, release), and user pins.
-#include "allocator/parts.h"
-#include "allocator/steady_clock.h"
+#include "parts.h"
+#include "steady_clock.h"
 #include "driver/driver.h"
 
 namespace tierrt::alloc {

@@ -1,4 +1,4 @@
-#include "allocator/slab_pools.h"
+#include "slab_pools.h"
 
 #include <algorithm>
 #include <bit>

@@ -12,9 +12,9 @@
 
 #include <boost/intrusive/list.hpp>
 
-#include "allocator/device_arena.h"
-#include "allocator/lock_rank.h"
-#include "allocator/ranked_mutex.h"
+#include "device_arena.h"
+#include "lock_rank.h"
+#include "ranked_mutex.h"
 
 namespace tierrt::alloc {
 

@@ -1,4 +1,4 @@
-#include "allocator/use_tracker.h"
+#include "use_tracker.h"
 
 #include <cassert>
 

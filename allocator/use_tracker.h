@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "allocator/block.h"
-#include "allocator/lock_rank.h"
-#include "allocator/ranked_mutex.h"
+#include "lock_rank.h"
+#include "ranked_mutex.h"
 
 namespace tierrt::alloc {
 

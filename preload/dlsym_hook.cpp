@@ -11,7 +11,7 @@
 #include <cstring>
 
 #include "driver/driver.h"
-#include "preload/hooks.h"
+#include "hooks.h"
 
 // A sanitizer runtime preloaded ahead of libtierrt.so looks functions up with
 // dlsym while it starts, before its shadow memory exists, and the trampoline

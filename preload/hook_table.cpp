@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "driver/driver.h"
-#include "preload/hooks.h"
+#include "hooks.h"
 
 namespace tierrt::preload {
 

@@ -2,7 +2,7 @@
 // did them. While a stream captures, nothing it touches is spilled or
 // fetched, and blocks its captured launches name stay resident for good (the
 // graph may replay them at any time without passing through a hook).
-#include "preload/hooks.h"
+#include "hooks.h"
 #include "runtime/engine.h"
 
 using namespace tierrt;

@@ -1,6 +1,6 @@
 // Copy and memset hooks: each is the engine's access use case (the device
 // ranges it touches and its stream) around the driver's own call.
-#include "preload/hooks.h"
+#include "hooks.h"
 #include "runtime/engine.h"
 
 using namespace tierrt;

@@ -2,7 +2,7 @@
 // launch (the engine makes the blocks the parameters name resident for the
 // launch stream and records their use). A graph launch replays work whose
 // blocks stay resident; the engine counts it.
-#include "preload/hooks.h"
+#include "hooks.h"
 #include "runtime/engine.h"
 
 using namespace tierrt;

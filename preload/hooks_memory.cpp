@@ -2,7 +2,7 @@
 // frees of its pointers return there, and pointer attributes and memory info
 // are the engine's answers where it has one; everything else reaches the
 // driver untouched.
-#include "preload/hooks.h"
+#include "hooks.h"
 #include "runtime/engine.h"
 
 using namespace tierrt;

@@ -3,7 +3,7 @@
 // requested version and default-stream flavour; when it picks a function
 // tierrt wraps, the caller gets tierrt's wrapper of exactly that form. A
 // request for cuGetProcAddress itself gets this wrapper.
-#include "preload/hooks.h"
+#include "hooks.h"
 
 using namespace tierrt::preload;
 

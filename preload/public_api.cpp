@@ -1,6 +1,6 @@
 // tierrt.h: what a framework may tell tierrt and ask of it. Safe at any
 // time: without a running engine the calls do nothing (or return -1).
-#include "include/tierrt/tierrt.h"
+#include "tierrt/tierrt.h"
 
 #include "runtime/engine.h"
 

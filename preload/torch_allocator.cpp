@@ -7,7 +7,7 @@
 // cuMemAllocAsync / cuMemFreeAsync and forward to them.
 #include <sys/types.h>
 
-#include "preload/hooks.h"
+#include "hooks.h"
 #include "runtime/engine.h"
 
 using namespace tierrt;

@@ -9,8 +9,8 @@
 
 #include "allocator/budget_defaults.h"
 #include "driver/driver.h"
-#include "runtime/log.h"
-#include "runtime/stats_report.h"
+#include "log.h"
+#include "stats_report.h"
 
 namespace tierrt {
 

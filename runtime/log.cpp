@@ -1,4 +1,4 @@
-#include "runtime/log.h"
+#include "log.h"
 
 #include <fcntl.h>
 #include <unistd.h>

@@ -6,8 +6,8 @@
 #include "driver/driver.h"
 #include "policies/link_model.hpp"
 #include "policies/policy_engine.hpp"
-#include "runtime/host_clock.h"
-#include "runtime/log.h"
+#include "host_clock.h"
+#include "log.h"
 #include "runtime/recorder.h"
 
 namespace tierrt {

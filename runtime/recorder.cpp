@@ -5,8 +5,8 @@
 #include <cstdio>
 
 #include "policies/trace/trace_file.hpp"
-#include "runtime/host_clock.h"
-#include "runtime/log.h"
+#include "host_clock.h"
+#include "log.h"
 
 namespace tierrt {
 

@@ -1,4 +1,4 @@
-#include "runtime/stats_report.h"
+#include "stats_report.h"
 
 #include <cstdio>
 #include <unistd.h>
@@ -8,7 +8,7 @@
 
 #include "policies/lifetime_class.hpp"
 #include "runtime/engine.h"
-#include "runtime/log.h"
+#include "log.h"
 
 namespace tierrt {
 

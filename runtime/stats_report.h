@@ -2,7 +2,7 @@
 // TIERRT_STATS writes at exit.
 #pragma once
 
-#include "include/tierrt/tierrt.h"
+#include "tierrt/tierrt.h"
 
 namespace tierrt {
 

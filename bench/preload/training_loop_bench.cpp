@@ -33,7 +33,7 @@
 #include <string>
 #include <vector>
 
-#include "include/tierrt/tierrt.h"
+#include "tierrt/tierrt.h"
 #include "simdev/simdev.h"
 
 extern char** environ;

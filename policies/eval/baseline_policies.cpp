@@ -1,8 +1,8 @@
-#include "policies/eval/baseline_policies.hpp"
+#include "baseline_policies.hpp"
 
 #include <algorithm>
 
-#include "policies/eval/layer_groups.hpp"
+#include "layer_groups.hpp"
 #include "policies/excess_tracker.hpp"
 
 namespace tierrt::policy {

@@ -1,4 +1,4 @@
-#include "policies/eval/expected_class.hpp"
+#include "expected_class.hpp"
 
 namespace tierrt::policy {
 

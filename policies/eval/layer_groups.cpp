@@ -1,10 +1,10 @@
-#include "policies/eval/layer_groups.hpp"
+#include "layer_groups.hpp"
 
 #include <algorithm>
 #include <map>
 #include <numeric>
 
-#include "policies/eval/expected_class.hpp"
+#include "expected_class.hpp"
 
 namespace tierrt::policy {
 

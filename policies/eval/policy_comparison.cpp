@@ -4,9 +4,9 @@
 #include <limits>
 #include <stdexcept>
 
-#include "policies/eval/baseline_policies.hpp"
-#include "policies/eval/replay.hpp"
-#include "policies/eval/tierrt_policy.hpp"
+#include "baseline_policies.hpp"
+#include "replay.hpp"
+#include "tierrt_policy.hpp"
 #include "policies/lifetime_classifier.hpp"
 
 namespace tierrt::policy {

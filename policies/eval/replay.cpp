@@ -1,4 +1,4 @@
-#include "policies/eval/replay.hpp"
+#include "replay.hpp"
 
 #include <limits>
 

@@ -1,4 +1,4 @@
-#include "policies/trace/crc32.hpp"
+#include "crc32.hpp"
 
 #include <array>
 

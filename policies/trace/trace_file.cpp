@@ -4,7 +4,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "policies/trace/crc32.hpp"
+#include "crc32.hpp"
 
 namespace tierrt::policy {
 namespace {

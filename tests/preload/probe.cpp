@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "include/tierrt/tierrt.h"
+#include "tierrt/tierrt.h"
 #include "simdev/simdev.h"
 
 // cuda.h spells cuGetProcAddress as the _v2 form; CUDA 11.3-era callers use

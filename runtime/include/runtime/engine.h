@@ -22,7 +22,7 @@
 #include <memory>
 
 #include "allocator/allocator.h"
-#include "include/tierrt/tierrt.h"
+#include "tierrt/tierrt.h"
 #include "runtime/block_list.h"
 #include "runtime/capture_tracker.h"
 #include "runtime/move_feedback.h"
