@@ -65,6 +65,11 @@ CUresult Allocator::Parts::allocate_raw(CUdeviceptr* out, std::size_t bytes) noe
   return r;
 }
 
+bool Allocator::forget_pass_through(CUdeviceptr ptr) noexcept {
+  std::lock_guard<RankedMutex> g(p_->raw_mu);
+  return p_->raw.erase(ptr) != 0;
+}
+
 CUresult Allocator::Parts::free_raw(CUdeviceptr p) noexcept {
   {
     std::lock_guard<RankedMutex> g(raw_mu);

@@ -239,10 +239,8 @@ const char* result_name(CUresult r) noexcept {
 #undef N
     default: break;
   }
-  const Table& t = detail::table();
   const char* s = nullptr;
-  if (t.cuGetErrorName != nullptr && t.cuGetErrorName(r, &s) == CUDA_SUCCESS && s)
-    return s;
+  if (TIERRT_CU(cuGetErrorName, r, &s) == CUDA_SUCCESS && s) return s;
   return "CUDA_ERROR_(unrecognised)";
 }
 

@@ -208,7 +208,12 @@ CUresult Engine::allocate(CUdeviceptr* out, size_t bytes, CUstream stream) noexc
 }
 
 bool Engine::free_tracked(CUdeviceptr ptr, CUstream stream, CUresult* result) noexcept {
-  if (!alloc_->owns(ptr)) return false;
+  if (!alloc_->owns(ptr)) {
+    // Made under capture with a plain cuMemAlloc: the driver frees it, the
+    // way the application asked (cuMemFree or cuMemFreeAsync).
+    (void)alloc_->forget_pass_through(ptr);
+    return false;
+  }
   alloc::Block* b = alloc_->lookup(ptr);
   const size_t size = b && b->va == ptr ? b->size : 0;
   *result = alloc_->free(ptr, stream);

@@ -654,6 +654,26 @@ TEST(DriverTable, CallsReturnTheDriversResultAndAreCounted) {
   EXPECT_EQ(drv::total_calls(), 2u);
 }
 
+TEST(AllocatorPassThrough, ForgottenWhenTheDriverFreesIt) {
+  Env::get().bind();
+  auto a = Allocator::create(Options{});
+  ASSERT_NE(a, nullptr);
+  CUdeviceptr p = 0;
+  AllocFlags flags;
+  flags.pass_through = true;
+  ASSERT_EQ(a->allocate(&p, 4096, nullptr, flags), CUDA_SUCCESS);
+  EXPECT_FALSE(a->owns(p));
+  EXPECT_TRUE(a->forget_pass_through(p));
+  EXPECT_FALSE(a->forget_pass_through(p));
+  ASSERT_EQ(TIERRT_CU(cuMemFree, p), CUDA_SUCCESS);
+  // The allocator going away must not free p a second time.
+  drv::reset_counts();
+  drv::set_counting(true);
+  a.reset();
+  drv::set_counting(false);
+  EXPECT_EQ(drv::calls(drv::Id::cuMemFree), 0u);
+}
+
 TEST(AllocatorAuto, PicksRemapWhereHostVmmWorks) {
   Env::get().bind();
   auto a = Allocator::create(Options{});

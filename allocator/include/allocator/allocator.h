@@ -57,9 +57,9 @@ struct Stats {
 };
 
 // What the mover saw, for whoever plans the moves (the runtime's policy).
-// Called without the allocator's lock, from the thread that saw it: the
-// demand and late callbacks from a launch being enqueued (keep them short,
-// no blocking), copy_done from the mover thread.
+// Called without the allocator's lock, from the thread that saw it:
+// demand_fetch from a launch being enqueued (keep it short, no blocking),
+// late_fetch and copy_done from the mover thread once the copy landed.
 class MoveObserver {
  public:
   enum class Direction : std::uint8_t { ToHost, ToDevice };
@@ -93,6 +93,10 @@ class Allocator {
   // small-object slab, or freed (check state()). O(1), lock-free.
   Block* lookup(CUdeviceptr ptr) const noexcept;
   bool owns(CUdeviceptr ptr) const noexcept;
+  // A pass-through allocation (AllocFlags::pass_through) that the caller is
+  // freeing through the driver itself: forgotten here, so that nothing frees
+  // it twice. False when ptr is not one.
+  bool forget_pass_through(CUdeviceptr ptr) noexcept;
 
   // Starts a spill: the copy waits on the block's use events on the D2H
   // stream; device memory is released once it completed and nothing used

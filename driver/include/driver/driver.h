@@ -1,7 +1,8 @@
 // The driver function table: every CUDA driver entry point tierrt calls,
 // resolved once from the real libcuda.so.1 with the real dlopen/dlsym (found
 // by walking libc's dynamic symbol table, so an interposed dlsym is never
-// consulted). This is also the one place where a CUresult becomes an error.
+// consulted). Every call goes through TIERRT_CU, which checks the entry,
+// counts the call and hands the CUresult back to the caller.
 #pragma once
 
 #include <cuda.h>
@@ -60,7 +61,7 @@ struct Table {
   TIERRT_DRIVER_FUNCTIONS(TIERRT_DRV_FIELD_)
 #undef TIERRT_DRV_FIELD_
   void* handle = nullptr;  // the dlopen handle of libcuda.so.1
-  bool loaded = false;     // libcuda.so.1 was found and cuGetErrorName resolved
+  bool loaded = false;     // libcuda.so.1 was found and cuInit resolved
 };
 
 // True when libcuda.so.1 was found (the table is resolved on first use,
