@@ -33,8 +33,8 @@
 #include <string>
 #include <vector>
 
-#include "tierrt/tierrt.h"
 #include "simdev/simdev.h"
+#include "tierrt/tierrt.h"
 
 extern char** environ;
 

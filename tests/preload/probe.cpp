@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "tierrt/tierrt.h"
 #include "simdev/simdev.h"
+#include "tierrt/tierrt.h"
 
 // cuda.h spells cuGetProcAddress as the _v2 form; CUDA 11.3-era callers use
 // the original four-argument function, which the driver still exports.

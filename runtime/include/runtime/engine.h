@@ -22,7 +22,6 @@
 #include <memory>
 
 #include "allocator/allocator.h"
-#include "tierrt/tierrt.h"
 #include "runtime/block_list.h"
 #include "runtime/capture_tracker.h"
 #include "runtime/move_feedback.h"
@@ -31,6 +30,7 @@
 #include "runtime/recorder.h"
 #include "runtime/settings.h"
 #include "runtime/stream_ids.h"
+#include "tierrt/tierrt.h"
 
 namespace tierrt {
 
