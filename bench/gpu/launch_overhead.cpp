@@ -3,11 +3,15 @@
 // the difference is what tierrt adds per launch. Runs on NVIDIA's driver
 // (the contract kernels' PTX) and on simdev (their host versions).
 //
-// Each launch names one of `live` device blocks (fill_u32 on 256 elements),
-// so tierrt's lookup works against a realistic number of live blocks. Launches
-// go out in batches with a stream synchronize between batches, so that the
-// driver's launch queue never fills and blocks the thread.
+// Each launch names one of `live` device blocks (add_one_u32 on 256
+// elements), so tierrt's lookup works against a realistic number of live
+// blocks. Launches go out in batches with a stream synchronize between
+// batches, so that the driver's launch queue never fills and blocks the
+// thread. At the end every block must hold the number of launches that named
+// it: under a small TIERRT_DEVICE_BUDGET the same program checks that blocks
+// spilled and fetched back keep every write.
 //
+// Options: --live N blocks (2000), --batches N of 500 launches per round (40).
 // Prints one line: "launch_overhead live=N ns_per_launch=MEDIAN min=MIN".
 #include <cuda.h>
 
@@ -24,7 +28,6 @@ namespace {
 
 constexpr int kRounds = 7;
 constexpr int kBatch = 500;
-constexpr int kBatchesPerRound = 40;
 constexpr uint64_t kElements = 256;
 
 [[noreturn]] void fail(const char* what, CUresult r) {
@@ -34,16 +37,17 @@ constexpr uint64_t kElements = 256;
   std::exit(1);
 }
 
-size_t live_blocks(int argc, char** argv) {
+size_t option(int argc, char** argv, const char* name, size_t fallback) {
   for (int i = 1; i + 1 < argc; ++i)
-    if (std::strcmp(argv[i], "--live") == 0) return std::strtoull(argv[i + 1], nullptr, 10);
-  return 2000;
+    if (std::strcmp(argv[i], name) == 0) return std::strtoull(argv[i + 1], nullptr, 10);
+  return fallback;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  const size_t live = live_blocks(argc, argv);
+  const size_t live = option(argc, argv, "--live", 2000);
+  const size_t batches = option(argc, argv, "--batches", 40);
   const contract::Session* s = nullptr;
   if (CUresult r = contract::session(&s)) fail("session set-up", r);
 
@@ -55,19 +59,24 @@ int main(int argc, char** argv) {
   CUstream stream = nullptr;
   if (CUresult r = cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING)) fail("cuStreamCreate", r);
 
+  for (auto b : blocks)
+    if (CUresult r = cuMemsetD32Async(b, 0, kElements, stream)) fail("cuMemsetD32Async", r);
+  std::vector<uint32_t> launches_on(blocks.size(), 0);
+
   auto one_round = [&](size_t& next) {
     std::chrono::nanoseconds launching{0};
-    for (int b = 0; b < kBatchesPerRound; ++b) {
+    for (size_t b = 0; b < batches; ++b) {
       auto l0 = std::chrono::steady_clock::now();
       for (int i = 0; i < kBatch; ++i) {
-        if (CUresult r = contract::fill_u32(s->kernels, stream, blocks[next], 7u, kElements))
+        if (CUresult r = contract::add_one_u32(s->kernels, stream, blocks[next], kElements))
           fail("cuLaunchKernel", r);
+        ++launches_on[next];
         next = (next + 1) % blocks.size();
       }
       launching += std::chrono::steady_clock::now() - l0;
       if (CUresult r = cuStreamSynchronize(stream)) fail("cuStreamSynchronize", r);
     }
-    return static_cast<double>(launching.count()) / (kBatch * kBatchesPerRound);
+    return static_cast<double>(launching.count()) / (kBatch * batches);
   };
 
   size_t next = 0;
@@ -76,12 +85,12 @@ int main(int argc, char** argv) {
   for (int r = 0; r < kRounds; ++r) ns.push_back(one_round(next));
   std::sort(ns.begin(), ns.end());
 
-  // Every block must hold what the last launch on it wrote.
   std::vector<uint32_t> host(kElements);
-  for (auto b : blocks) {
-    if (CUresult r = cuMemcpyDtoH(host.data(), b, kElements * sizeof(uint32_t))) fail("cuMemcpyDtoH", r);
-    if (std::any_of(host.begin(), host.end(), [](uint32_t v) { return v != 7u; })) {
-      std::fprintf(stderr, "launch_overhead: a block lost its bytes\n");
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    if (CUresult r = cuMemcpyDtoH(host.data(), blocks[i], kElements * sizeof(uint32_t))) fail("cuMemcpyDtoH", r);
+    const uint32_t want = launches_on[i];
+    if (std::any_of(host.begin(), host.end(), [want](uint32_t v) { return v != want; })) {
+      std::fprintf(stderr, "launch_overhead: block %zu holds %u, want %u\n", i, host[0], want);
       return 1;
     }
   }

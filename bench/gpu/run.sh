@@ -9,8 +9,11 @@
 #   2. the same suite under tierrt (the suite is a correct program: tierrt
 #      must not change its results), at default settings and with a small
 #      device budget in each spill mode, so that blocks really move;
-#   3. what a launch costs with and without tierrt (bench/gpu/launch_overhead).
-# Prints a short table last.
+#   3. what a launch costs with and without tierrt (bench/gpu/launch_overhead);
+#   4. the same program with more live blocks than the device budget, in each
+#      spill mode: blocks spill and come back on every launch, and every
+#      write must survive.
+# Prints a short table last; the logs are in $OUT/logs.tar.gz.
 set -u
 cd "$(dirname "$0")/../.."
 bin=$PWD/.gpu/bin
@@ -54,5 +57,14 @@ for live in 100 2000 10000; do
   note "launch live=$live ns/launch: driver ${base##*ns_per_launch=} | tierrt planner ${planner##*ns_per_launch=} | reactive ${reactive##*ns_per_launch=}"
 done | tee "$out/launch.txt"
 
+for mode in remap copy; do
+  LD_PRELOAD="$bin/libtierrt.so" TIERRT_LOG=warn TIERRT_SPILL_MODE=$mode TIERRT_DEVICE_BUDGET=128MiB \
+    TIERRT_STATS="$out/stats-thrash-$mode.txt" timeout 120 "$bin/launch_overhead" --live 400 --batches 2 \
+    >"$out/thrash-$mode.log" 2>&1
+  note "over budget ($mode, 400 MiB of blocks on 128 MiB): rc=$? $(tail -1 "$out/thrash-$mode.log")"
+  grep -E 'spilled|fetched|copies' "$out/stats-thrash-$mode.txt" | sed 's/^/    /'
+done
+
+(cd "$out" && tar czf logs.tar.gz --remove-files ./*.log ./*.xml ./stats-*.txt ./launch.txt 2>/dev/null)
 echo "== summary"
 printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
