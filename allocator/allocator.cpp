@@ -227,7 +227,7 @@ Block* Allocator::use_target(CUdeviceptr ptr) const noexcept {
   return SlabPools::is_slab(e) ? &SlabPools::slab_of(e)->uses : reinterpret_cast<Block*>(e);
 }
 
-std::uint64_t Allocator::release_empty_slabs() noexcept { return p_->release_empty_slabs(); }
+std::uint64_t Allocator::release_empty_slabs() noexcept { return p_->slabs.release_empty(/*wait=*/false); }
 
 SpillResult Allocator::spill(Block* b) noexcept {
   return b != nullptr ? p_->mover->spill(b) : SpillResult::NotSpillable;
@@ -241,7 +241,7 @@ void Allocator::set_class(Block* b, std::uint8_t lifetime) noexcept { p_->blocks
 void Allocator::set_observer(MoveObserver* observer) noexcept { p_->mover->set_observer(observer); }
 std::uint64_t Allocator::trim(std::uint64_t bytes) noexcept {
   const std::uint64_t sum = p_->trim(bytes);
-  return sum < bytes ? sum + p_->release_empty_slabs() : sum;
+  return sum < bytes ? sum + p_->slabs.release_empty(/*wait=*/false) : sum;
 }
 void Allocator::drain() noexcept { p_->blocks.wait_moves_done(); }
 SpillMode Allocator::mode() const noexcept { return p_->backing->mode(); }

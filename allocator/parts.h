@@ -47,9 +47,9 @@ struct Allocator::Parts final : Reclaimer {
   CUresult pin_when_usable(Block* b, std::span<Block* const> pinned, UseEvent** ready) noexcept;
   void note_late_fetch(Block* b, UseEvent* ready) noexcept;
 
-  // Empty slabs nothing uses any more, back to the device (the rescue's
-  // cheapest room); the bytes released.
-  std::uint64_t release_empty_slabs() noexcept { return slabs.release_empty(); }
+  // Empty slabs back to the device, once the work that used them completed
+  // (the rescue waits for it); the bytes released.
+  std::uint64_t release_empty_slabs() noexcept { return slabs.release_empty(/*wait=*/true); }
 
   // rescue.cpp
   bool make_room(std::uint64_t bytes, const Claimant& who) noexcept override;

@@ -58,6 +58,41 @@ void SlabPools::forget_pending(Pending& e) noexcept {
 
 CUresult SlabPools::allocate(CUdeviceptr* out, std::size_t bytes, CUstream s) noexcept {
   const unsigned shift = std::max<unsigned>(kMinShift, std::bit_width(bytes - 1));
+  for (;;) {
+    CUresult r = CUDA_SUCCESS;
+    if (take_freed(shift, s, out, &r)) return r;
+    {
+      // One new slab per size at a time: threads that found none wait for
+      // it rather than each making their own.
+      std::unique_lock<RankedMutex> l(mu_);
+      Pool& p = pools_[shift];
+      if (p.growing) {
+        grown_.wait(l, [&] { return !p.growing; });
+        continue;
+      }
+      if (!p.partial.empty()) continue;  // a slot was freed meanwhile
+      p.growing = true;
+    }
+    Slab* sl = nullptr;
+    r = new_slab(shift, &sl);
+    {
+      std::lock_guard<RankedMutex> g(mu_);
+      Pool& p = pools_[shift];
+      p.growing = false;
+      if (r == CUDA_SUCCESS) {
+        p.slabs.push_back(*sl);
+        set_bit(sl->taken, 0, true);
+        sl->handed_out = 1;
+        if (!sl->free_slots.empty()) p.partial.push_back(*sl);
+        *out = sl->range.va;  // slot 0
+      }
+    }
+    grown_.notify_all();
+    return r;
+  }
+}
+
+bool SlabPools::take_freed(unsigned shift, CUstream s, CUdeviceptr* out, CUresult* result) noexcept {
   const bool ordered = stream_ordered(s);
   for (bool polled = false;; polled = true) {
     Pending reused;
@@ -66,7 +101,7 @@ CUresult SlabPools::allocate(CUdeviceptr* out, std::size_t bytes, CUstream s) no
       Pool& p = pools_[shift];
       if (const CUdeviceptr v = take_free_locked(p)) {
         *out = v;
-        return CUDA_SUCCESS;
+        return true;
       }
       if (ordered && !p.pending.empty()) {
         // Stream-ordered: a freed slot whose uses `s` waits for. One freed
@@ -86,33 +121,22 @@ CUresult SlabPools::allocate(CUdeviceptr* out, std::size_t bytes, CUstream s) no
       }
     }
     if (reused.slab != nullptr) {
-      const CUresult r = wait_for_reuse(reused, s);
-      if (r != CUDA_SUCCESS) {
+      *result = wait_for_reuse(reused, s);
+      if (*result != CUDA_SUCCESS) {
         std::lock_guard<RankedMutex> g(mu_);
         set_bit(reused.slab->taken, reused.idx, false);
         --reused.slab->handed_out;
         ++reused.slab->pending;
         pools_[shift].pending.push_back(reused);
-        return r;
+        return true;
       }
       forget_pending(reused);
       *out = reused.slab->range.va + (CUdeviceptr{reused.idx} << shift);
-      return CUDA_SUCCESS;
+      return true;
     }
-    if (polled) break;
-    retire(shift, kPollBatch);
+    if (polled) return false;
+    retire(shift, kPollBatch, /*wait=*/false);
   }
-  Slab* sl = nullptr;
-  const CUresult r = new_slab(shift, &sl);
-  if (r != CUDA_SUCCESS) return r;
-  std::lock_guard<RankedMutex> g(mu_);
-  Pool& p = pools_[shift];
-  p.slabs.push_back(*sl);
-  set_bit(sl->taken, 0, true);
-  sl->handed_out = 1;
-  if (!sl->free_slots.empty()) p.partial.push_back(*sl);
-  *out = sl->range.va;  // slot 0
-  return CUDA_SUCCESS;
 }
 
 CUresult SlabPools::wait_for_reuse(const Pending& e, CUstream s) noexcept {
@@ -126,7 +150,7 @@ CUresult SlabPools::wait_for_reuse(const Pending& e, CUstream s) noexcept {
   return r;
 }
 
-void SlabPools::retire(unsigned shift, std::size_t most) noexcept {
+void SlabPools::retire(unsigned shift, std::size_t most, bool wait) noexcept {
   std::vector<Pending> batch;
   {
     std::lock_guard<RankedMutex> g(mu_);
@@ -138,7 +162,10 @@ void SlabPools::retire(unsigned shift, std::size_t most) noexcept {
   if (batch.empty()) return;
   std::vector<bool> done(batch.size(), true);
   for (std::size_t i = 0; i < batch.size(); ++i)
-    for (int u = 0; u < batch[i].nuses && done[i]; ++u) done[i] = UseTracker::completed(batch[i].uses[u]);
+    for (int u = 0; u < batch[i].nuses && done[i]; ++u) {
+      const UseSlot& use = batch[i].uses[u];
+      done[i] = wait ? UseTracker::wait_host(use) == CUDA_SUCCESS : UseTracker::completed(use);
+    }
   {
     std::lock_guard<RankedMutex> g(mu_);
     Pool& p = pools_[shift];
@@ -182,20 +209,20 @@ CUresult SlabPools::free(Slab* sl, CUdeviceptr ptr, CUstream s) noexcept {
     }
     emptied = sl->empty();
   }
-  if (emptied) (void)release(shift, 1);
+  if (emptied) (void)release(shift, 1, /*wait=*/false);
   return CUDA_SUCCESS;
 }
 
-std::uint64_t SlabPools::release_empty() noexcept {
+std::uint64_t SlabPools::release_empty(bool wait) noexcept {
   std::uint64_t sum = 0;
   for (unsigned shift = kMinShift; shift <= kMaxShift; ++shift) {
-    retire(shift, SIZE_MAX);
-    sum += release(shift, 0);
+    retire(shift, SIZE_MAX, wait);
+    sum += release(shift, 0, wait);
   }
   return sum;
 }
 
-std::uint64_t SlabPools::release(unsigned shift, std::size_t keep) noexcept {
+std::uint64_t SlabPools::release(unsigned shift, std::size_t keep, bool wait) noexcept {
   std::vector<Slab*> empty;
   {
     std::lock_guard<RankedMutex> g(mu_);
@@ -205,7 +232,10 @@ std::uint64_t SlabPools::release(unsigned shift, std::size_t keep) noexcept {
   if (empty.size() <= keep) return 0;
   // Uses recorded on a slab after its slots were freed (stale pointers)
   // still keep it: only an idle one goes.
-  for (Slab* sl : empty) (void)uses_.retire_completed(&sl->uses);
+  for (Slab* sl : empty) {
+    if (wait) (void)uses_.forget(&sl->uses, /*synchronize=*/true);
+    else (void)uses_.retire_completed(&sl->uses);
+  }
   std::vector<Slab*> gone;
   {
     std::lock_guard<RankedMutex> g(mu_);

@@ -14,6 +14,7 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <vector>
@@ -62,8 +63,9 @@ class SlabPools {
   // CUDA_ERROR_INVALID_VALUE for anything but the start of a slot handed out.
   CUresult free(Slab* slab, CUdeviceptr p, CUstream s) noexcept;
   // Returns every empty slab nothing uses any more to the device (polling
-  // freed slots first); the bytes released.
-  std::uint64_t release_empty() noexcept;
+  // freed slots first; with `wait`, waiting for their uses on the host);
+  // the bytes released.
+  std::uint64_t release_empty(bool wait) noexcept;
 
   std::uint64_t bytes() const noexcept { return bytes_.load(std::memory_order_relaxed); }
   std::uint64_t slabs_made() const noexcept { return made_.load(std::memory_order_relaxed); }
@@ -85,18 +87,22 @@ class SlabPools {
     SlabList slabs;
     PartialList partial;
     std::deque<Pending> pending;  // oldest first
+    bool growing = false;         // a thread is making a slab of this size
   };
 
+  // A free slot, or a freed one usable on `s` (true; `*result` says whether
+  // waiting for its uses could be arranged); false when there is none.
+  bool take_freed(unsigned shift, CUstream s, CUdeviceptr* out, CUresult* result) noexcept;
   CUdeviceptr take_free_locked(Pool& p) noexcept;
   void give_free_locked(Pool& p, Slab* sl, std::uint32_t idx) noexcept;
   // Makes `s` wait for the uses of a slot freed earlier (a stream-ordered
   // reuse); the references stay the caller's.
   CUresult wait_for_reuse(const Pending& e, CUstream s) noexcept;
   // Frees those of the `most` oldest freed slots of `shift` whose uses
-  // completed.
-  void retire(unsigned shift, std::size_t most) noexcept;
+  // completed (with `wait`: once they did).
+  void retire(unsigned shift, std::size_t most, bool wait) noexcept;
   // Returns the empty, idle slabs of `shift` beyond `keep` to the device.
-  std::uint64_t release(unsigned shift, std::size_t keep) noexcept;
+  std::uint64_t release(unsigned shift, std::size_t keep, bool wait) noexcept;
   CUresult new_slab(unsigned shift, Slab** out) noexcept;
   void forget_pending(Pending& e) noexcept;
 
@@ -105,6 +111,7 @@ class SlabPools {
   // Rank 20 (lock_rank.h): alloc.uses is taken inside it; released before a
   // slab is made or returned (which may rescue, taking alloc.blocks).
   RankedMutex mu_{kRankSlabs, "alloc.slabs"};
+  std::condition_variable_any grown_;  // a pool's new slab is ready (or failed)
   Pool pools_[kMaxShift + 1];  // by slot size shift
   std::deque<Slab> storage_;   // type-stable: lookups may still hold a slab
   std::vector<Slab*> spare_objects_;
