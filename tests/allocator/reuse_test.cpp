@@ -6,6 +6,9 @@
 // slabs go back to the device.
 #include <array>
 #include <initializer_list>
+#include <map>
+#include <mutex>
+#include <random>
 #include <thread>
 
 #include "driver/driver.h"
@@ -346,6 +349,82 @@ TEST_P(Slabs, ThreadsOnTheirOwnStreamsShareOneSlab) {
   EXPECT_EQ(a->stats().slab_bytes, 2 * MiB);
   for (auto& v : got)
     for (CUdeviceptr p : v) CU_OK(a->free(p, nullptr));
+}
+
+// Threads allocating, filling, checking and freeing small allocations on
+// their streams, stream-ordered or not, freeing on another stream than the
+// one that used them: no live allocation is ever handed out twice, every
+// byte written is read back.
+TEST_P(Slabs, ThreadsNeverShareALiveSlot) {
+  auto a = make(GetParam());
+  constexpr int kThreads = 4, kRounds = 300;
+  std::mutex mu;
+  std::map<CUdeviceptr, std::size_t> live;  // start -> bytes
+  std::atomic<int> overlaps{0}, wrong{0}, failures{0};
+  auto claim = [&](CUdeviceptr p, std::size_t n) {
+    std::lock_guard<std::mutex> g(mu);
+    auto next = live.lower_bound(p);
+    if (next != live.end() && next->first < p + n) ++overlaps;
+    if (next != live.begin() && std::prev(next)->first + std::prev(next)->second > p) ++overlaps;
+    live[p] = n;
+  };
+  auto unclaim = [&](CUdeviceptr p) {
+    std::lock_guard<std::mutex> g(mu);
+    live.erase(p);
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      Env::get().bind();
+      std::mt19937_64 rng(1000 + t);
+      CUstream use = nullptr, other = nullptr;
+      if (cuStreamCreate(&use, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS ||
+          cuStreamCreate(&other, CU_STREAM_NON_BLOCKING) != CUDA_SUCCESS) {
+        ++failures;
+        return;
+      }
+      std::vector<std::pair<CUdeviceptr, std::size_t>> held;
+      std::vector<std::uint8_t> back;
+      for (int round = 0; round < kRounds; ++round) {
+        const std::size_t n = 1 + rng() % (64 * KiB);
+        CUdeviceptr p = 0;
+        if (a->allocate(&p, n, rng() % 2 ? use : CU_STREAM_LEGACY) != CUDA_SUCCESS) {
+          ++failures;
+          break;
+        }
+        claim(p, n);
+        const std::uint64_t seed = rng();
+        back.assign(n, 0);
+        const CUresult r = use_ptrs(*a, {p}, use, [&] { return launch3(Env::get().k.fill, use, p, n, seed); });
+        if (r != CUDA_SUCCESS || cuMemcpyDtoHAsync(back.data(), p, n, use) != CUDA_SUCCESS ||
+            cuStreamSynchronize(use) != CUDA_SUCCESS) {
+          ++failures;
+          break;
+        }
+        if (back != expected(n, seed)) ++wrong;
+        held.emplace_back(p, n);
+        if (held.size() > 8) {
+          const std::size_t i = rng() % held.size();
+          unclaim(held[i].first);
+          if (a->free(held[i].first, rng() % 2 ? other : CU_STREAM_LEGACY) != CUDA_SUCCESS) ++failures;
+          held.erase(held.begin() + static_cast<std::ptrdiff_t>(i));
+        }
+      }
+      for (auto& [p, n] : held) {
+        unclaim(p);
+        if (a->free(p, other) != CUDA_SUCCESS) ++failures;
+      }
+      (void)cuStreamSynchronize(other);
+      (void)cuStreamDestroy(use);
+      (void)cuStreamDestroy(other);
+    });
+  for (std::thread& th : threads) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(overlaps.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
+  CU_OK(cuCtxSynchronize());
+  a->release_empty_slabs();
+  EXPECT_EQ(a->stats().slab_bytes, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Allocator, Reuse, ::testing::Values(SpillMode::Remap, SpillMode::Copy), mode_name);
