@@ -355,7 +355,7 @@ TEST_P(Slabs, ThreadsOnTheirOwnStreamsShareOneSlab) {
 // their streams, stream-ordered or not, freeing on another stream than the
 // one that used them: no live allocation is ever handed out twice, every
 // byte written is read back.
-TEST_P(Slabs, ThreadsNeverShareALiveSlot) {
+TEST_P(Slabs, NoLiveSlotIsEverHandedToTwoThreads) {
   auto a = make(GetParam());
   constexpr int kThreads = 4, kRounds = 300;
   std::mutex mu;
