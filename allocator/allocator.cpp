@@ -26,7 +26,7 @@ Allocator::Parts::~Parts() {
   (void)TIERRT_CU(cuCtxSetCurrent, arena.context());
   (void)TIERRT_CU(cuCtxSynchronize);
   blocks.drop_all([&](Block* b) {
-    uses.forget(b, /*synchronize=*/false);
+    (void)uses.forget(b, /*synchronize=*/false);
     uses.unref(b->ready.exchange(nullptr));
     destroy_block(b);
   });
@@ -89,6 +89,7 @@ CUresult Allocator::Parts::allocate_block(CUdeviceptr* out, std::size_t bytes, C
 
 CUresult Allocator::Parts::reuse_cached(std::size_t mapped, std::size_t bytes, bool spillable, CUstream s,
                                         Block** out) noexcept {
+  if (!stream_ordered(s)) return reuse_idle(mapped, bytes, spillable, out);
   // Every access to a block is a recorded use (the runtime records launches,
   // copies and memsets that name it), so reuse on `s` waits only for uses on
   // other streams: none when the block was used and freed on `s`, the steady
@@ -110,6 +111,31 @@ CUresult Allocator::Parts::reuse_cached(std::size_t mapped, std::size_t bytes, b
     (void)free_block(b, b->va, s);
     return r;
   }
+  *out = b;
+  return CUDA_SUCCESS;
+}
+
+CUresult Allocator::Parts::reuse_idle(std::size_t mapped, std::size_t bytes, bool spillable, Block** out) noexcept {
+  // Memory that is not stream-ordered is usable by every stream at once: a
+  // cached block qualifies only when every use recorded on it completed.
+  // The queries run without the lock; a block reused meanwhile by another
+  // thread only loses uses that completed, which is right whoever holds it.
+  BlockCache::Fits fits;
+  {
+    auto l = blocks.lock();
+    fits = blocks.cached_fits(mapped, l);
+  }
+  if (fits.b[0] == nullptr) return CUDA_SUCCESS;
+  for (Block* c : fits)
+    if (c != nullptr) (void)uses.retire_completed(c);
+  Block* b = nullptr;
+  {
+    auto l = blocks.lock();
+    b = blocks.reuse_if(mapped, bytes, spillable, [&](Block* c) { return uses.idle(c); }, l);
+  }
+  if (b == nullptr) return CUDA_SUCCESS;
+  cache_hits.fetch_add(1, std::memory_order_relaxed);
+  uses.touch(b);
   *out = b;
   return CUDA_SUCCESS;
 }
@@ -143,10 +169,7 @@ CUresult Allocator::free(CUdeviceptr ptr, CUstream stream) noexcept {
   if (ptr == 0) return CUDA_SUCCESS;
   const std::uintptr_t e = p_->arena.table().find(ptr);
   if (e == 0) return p_->free_raw(ptr);
-  if (SlabPools::is_slab(e)) {
-    p_->slabs.free(SlabPools::slab_of(e), ptr);
-    return CUDA_SUCCESS;
-  }
+  if (SlabPools::is_slab(e)) return p_->slabs.free(SlabPools::slab_of(e), ptr, stream);
   return p_->free_block(reinterpret_cast<Block*>(e), ptr, stream);
 }
 
@@ -161,8 +184,9 @@ CUresult Allocator::Parts::free_block(Block* b, CUdeviceptr p, CUstream s) noexc
       blocks.set_state(b, State::Resident, l);
       if (r != nullptr && !uses.try_adopt(b, mover->fetch_stream(), r)) {
         l.unlock();
-        (void)TIERRT_CU(cuEventSynchronize, r->ev);
+        const CUresult w = UseTracker::wait_host(UseSlot{mover->fetch_stream(), r});
         uses.unref(r);
+        if (w != CUDA_SUCCESS) return w;  // the copy may still write: the block stays
         l.lock();
       }
       st = blocks.settle(b, l);
@@ -174,9 +198,11 @@ CUresult Allocator::Parts::free_block(Block* b, CUdeviceptr p, CUstream s) noexc
     }
     blocks.set_state(b, State::Freed, l);  // SPILLED: the host copy and the VA go
   }
-  uses.forget(b, /*synchronize=*/true);  // uses over the link (remap)
-  destroy_block(b);
-  return CUDA_SUCCESS;
+  // Uses over the link (remap) end before the host copy goes. When that
+  // cannot be known the block stays, FREED, until teardown.
+  const CUresult r = uses.forget(b, /*synchronize=*/true);
+  if (r == CUDA_SUCCESS) destroy_block(b);
+  return r;
 }
 
 void Allocator::Parts::destroy_block(Block* b) noexcept {
@@ -196,6 +222,13 @@ Block* Allocator::lookup(CUdeviceptr ptr) const noexcept {
 
 bool Allocator::owns(CUdeviceptr ptr) const noexcept { return p_->arena.table().find(ptr) != 0; }
 
+Block* Allocator::use_target(CUdeviceptr ptr) const noexcept {
+  const std::uintptr_t e = p_->arena.table().find(ptr);
+  return SlabPools::is_slab(e) ? &SlabPools::slab_of(e)->uses : reinterpret_cast<Block*>(e);
+}
+
+std::uint64_t Allocator::release_empty_slabs() noexcept { return p_->slabs.release_empty(/*wait=*/false); }
+
 SpillResult Allocator::spill(Block* b) noexcept {
   return b != nullptr ? p_->mover->spill(b) : SpillResult::NotSpillable;
 }
@@ -206,7 +239,10 @@ CUresult Allocator::prefetch(Block* b, CUstream consumer) noexcept {
 
 void Allocator::set_class(Block* b, std::uint8_t lifetime) noexcept { p_->blocks.set_lifetime(b, lifetime); }
 void Allocator::set_observer(MoveObserver* observer) noexcept { p_->mover->set_observer(observer); }
-std::uint64_t Allocator::trim(std::uint64_t bytes) noexcept { return p_->trim(bytes); }
+std::uint64_t Allocator::trim(std::uint64_t bytes) noexcept {
+  const std::uint64_t sum = p_->trim(bytes);
+  return sum < bytes ? sum + p_->slabs.release_empty(/*wait=*/false) : sum;
+}
 void Allocator::drain() noexcept { p_->blocks.wait_moves_done(); }
 SpillMode Allocator::mode() const noexcept { return p_->backing->mode(); }
 std::size_t Allocator::granularity() const noexcept { return p_->arena.granularity(); }

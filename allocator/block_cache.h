@@ -39,6 +39,34 @@ class BlockCache {
     return b;
   }
 
+  // The first of the `most` best-fitting blocks (as take() would consider
+  // them) that `usable` accepts.
+  template <class Pred>
+  Block* take_if(std::size_t mapped, int most, Pred&& usable) {
+    for (Block* b : fits(mapped, most))
+      if (b != nullptr && usable(b)) {
+        erase(b);
+        return b;
+      }
+    return nullptr;
+  }
+
+  // Up to `most` (at most kMaxFits) cached blocks that fit `mapped`, best
+  // first; the rest null.
+  static constexpr int kMaxFits = 8;
+  struct Fits {
+    Block* b[kMaxFits] = {};
+    Block* const* begin() const noexcept { return b; }
+    Block* const* end() const noexcept { return b + kMaxFits; }
+  };
+  Fits fits(std::size_t mapped, int most) noexcept {
+    Fits f;
+    auto it = set_.lower_bound(mapped, KeyLess());
+    for (int n = 0; n < most && n < kMaxFits && it != set_.end() && it->mapped <= mapped + mapped / 8; ++it, ++n)
+      f.b[n] = &*it;
+    return f;
+  }
+
   // The largest cached block (the first to return to the driver).
   Block* largest() noexcept { return set_.empty() ? nullptr : &*set_.rbegin(); }
 

@@ -99,7 +99,11 @@ void BlockStates::set_lifetime(Block* b, std::uint8_t lifetime) noexcept {
 
 Block* BlockStates::reuse(std::size_t mapped, std::size_t size, bool spillable, CUstream s, const Lock& l) noexcept {
   Block* b = cache_.take(mapped, s);
-  if (b == nullptr) return nullptr;
+  if (b != nullptr) revive(b, size, spillable, l);
+  return b;
+}
+
+void BlockStates::revive(Block* b, std::size_t size, bool spillable, const Lock& l) noexcept {
   // Out of FREED with its old size; set_state counts it in with the new one.
   count(State::Freed, b, -1);
   b->counted_freed = false;
@@ -109,7 +113,6 @@ Block* BlockStates::reuse(std::size_t mapped, std::size_t size, bool spillable, 
   b->captured = false;
   b->user_pins = 0;
   set_state(b, State::Resident, l);
-  return b;
 }
 
 void BlockStates::cache(Block* b, CUstream s, const Lock& l) noexcept {

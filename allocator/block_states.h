@@ -56,6 +56,17 @@ class BlockStates {
   // ---- the cache of freed blocks ----
   // A cached block of `mapped` bytes (or a bit more) made RESIDENT again.
   Block* reuse(std::size_t mapped, std::size_t size, bool spillable, CUstream s, const Lock&) noexcept;
+  // The same among the best fits that `usable` accepts.
+  template <class Pred>
+  Block* reuse_if(std::size_t mapped, std::size_t size, bool spillable, Pred&& usable, const Lock& l) {
+    Block* b = cache_.take_if(mapped, BlockCache::kMaxFits, usable);
+    if (b != nullptr) revive(b, size, spillable, l);
+    return b;
+  }
+  // Cached blocks that fit `mapped`, best first (null-padded).
+  BlockCache::Fits cached_fits(std::size_t mapped, const Lock&) noexcept {
+    return cache_.fits(mapped, BlockCache::kMaxFits);
+  }
   // RESIDENT -> FREED, kept for reuse on `s`.
   void cache(Block* b, CUstream s, const Lock&) noexcept;
   // Takes cached blocks without a move pending, largest first, until `bytes`.
@@ -121,6 +132,8 @@ class BlockStates {
   using HolderList = bi::list<PinHolder, bi::member_hook<PinHolder, bi::list_member_hook<>, &PinHolder::hook>>;
 
   void count(State s, const Block* b, int delta) noexcept;
+  // A block just taken from the cache: RESIDENT with its new size.
+  void revive(Block* b, std::size_t size, bool spillable, const Lock& l) noexcept;
   // SPILLING -> RESIDENT: the copy under way is discarded when it completes.
   void abort_spill(Block* b, const Lock&) noexcept;
   bool could_change_locked() const noexcept;

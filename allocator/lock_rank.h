@@ -10,8 +10,8 @@
 //  30    alloc.blocks        block states, the resident list, the     -
 //                            cache, moves under way, user pins
 //  40    alloc.move_queue    moves waiting for the mover thread       -
-//  50    alloc.uses          use slots of every block, the event      alloc.blocks
-//                            pool, timing-event pairs
+//  50    alloc.uses          use slots of every block and slab, the   alloc.blocks,
+//                            event pool, timing-event pairs           alloc.slabs
 //  60    alloc.host_tier     pinned pool growth                       -
 //  70    alloc.pinned_pool   pinned chunks and their free ranges      alloc.host_tier (jemalloc's hooks)
 //  80    alloc.chunk_spares  spare device / host chunks               -

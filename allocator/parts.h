@@ -34,6 +34,8 @@ struct Allocator::Parts final : Reclaimer {
   CUresult free_raw(CUdeviceptr p) noexcept;
   CUresult allocate_block(CUdeviceptr* out, std::size_t bytes, CUstream s, bool spillable) noexcept;
   CUresult reuse_cached(std::size_t mapped, std::size_t bytes, bool spillable, CUstream s, Block** out) noexcept;
+  // Not stream-ordered: a cached block none of whose uses may still run.
+  CUresult reuse_idle(std::size_t mapped, std::size_t bytes, bool spillable, Block** out) noexcept;
   CUresult create_block(std::size_t mapped, std::size_t bytes, bool spillable, Block** out) noexcept;
   CUresult free_block(Block* b, CUdeviceptr p, CUstream s) noexcept;
   // Releases everything the block holds; it must be out of every list.
@@ -45,6 +47,10 @@ struct Allocator::Parts final : Reclaimer {
   CUresult pin_when_usable(Block* b, std::span<Block* const> pinned, UseEvent** ready) noexcept;
   void note_late_fetch(Block* b, UseEvent* ready) noexcept;
 
+  // Empty slabs back to the device, once the work that used them completed
+  // (the rescue waits for it); the bytes released.
+  std::uint64_t release_empty_slabs() noexcept { return slabs.release_empty(/*wait=*/true); }
+
   // rescue.cpp
   bool make_room(std::uint64_t bytes, const Claimant& who) noexcept override;
   bool spill_coldest(std::uint64_t bytes) noexcept;
@@ -55,7 +61,7 @@ struct Allocator::Parts final : Reclaimer {
   UseTracker uses;
   std::unique_ptr<HostBacking> backing;
   BlockStates blocks;
-  SlabPools slabs{arena};
+  SlabPools slabs{arena, uses};
   std::unique_ptr<Mover> mover;
 
   // Rank 10 (lock_rank.h): nothing is taken inside it.

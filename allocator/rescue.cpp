@@ -13,7 +13,7 @@ namespace tierrt::alloc {
 
 bool Allocator::Parts::make_room(std::uint64_t bytes, const Claimant& who) noexcept {
   const BlockStates::Rescuing rescuing(blocks);  // before looking at any pin
-  const std::uint64_t freed = trim(bytes);
+  const std::uint64_t freed = trim(bytes) + release_empty_slabs();
   if (freed >= bytes || !who.may_spill) return freed > 0;
   if (spill_coldest(bytes - freed)) {
     blocks.wait_spills_done();  // their device memory is released by then

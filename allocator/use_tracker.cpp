@@ -6,6 +6,8 @@
 
 namespace tierrt::alloc {
 
+UseEvent UseTracker::unrecorded_;
+
 UseTracker::~UseTracker() {
   for (UseEvent& e : storage_)
     if (e.ev != nullptr) (void)TIERRT_CU(cuEventDestroy, e.ev);
@@ -36,6 +38,7 @@ UseEvent* UseTracker::acquire() noexcept {
 }
 
 void UseTracker::unref_locked(UseEvent* e) noexcept {
+  if (unrecorded(e)) return;
   if (e->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
     e->next_free = free_;
     free_ = e;
@@ -43,7 +46,7 @@ void UseTracker::unref_locked(UseEvent* e) noexcept {
 }
 
 void UseTracker::unref(UseEvent* e) noexcept {
-  if (e == nullptr || e->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+  if (e == nullptr || unrecorded(e) || e->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
   std::lock_guard<RankedMutex> g(mu_);
   e->next_free = free_;
   free_ = e;
@@ -77,7 +80,7 @@ void UseTracker::collect_chain_locked(std::span<Block* const> blocks, CUstream s
 }
 
 std::size_t UseTracker::store_locked(std::span<Block* const> blocks, std::size_t first, CUstream s, UseEvent* e,
-                                     const Chain& c, UseEvent** late) noexcept {
+                                     const Chain& c, UseSlot* late) noexcept {
   const std::uint64_t now = clock_.fetch_add(1, std::memory_order_relaxed) + 1;
   for (std::size_t i = first; i < blocks.size(); ++i) {
     Block* b = blocks[i];
@@ -85,16 +88,16 @@ std::size_t UseTracker::store_locked(std::span<Block* const> blocks, std::size_t
     const int slot = slot_of(b, s);
     if (slot >= 0) {
       unref_locked(b->uses[slot].ev);
-      b->uses[slot].ev = e;
+      b->uses[slot] = UseSlot{s, e, now};
     } else if (b->nuses < kMaxUseSlots) {
-      b->uses[b->nuses++] = UseSlot{s, e};
+      b->uses[b->nuses++] = UseSlot{s, e, now};
     } else if (c.has(b->uses[0].ev)) {
       unref_locked(b->uses[0].ev);  // `s` waited on it: `e` implies it
-      b->uses[0] = UseSlot{s, e};
+      b->uses[0] = UseSlot{s, e, now};
     } else {
-      if (*late != nullptr) return i;  // one at a time: the caller waits for it
-      *late = b->uses[0].ev;           // the block's reference passes to the caller
-      b->uses[0] = UseSlot{s, e};
+      if (late->ev != nullptr) return i;  // one at a time: the caller waits for it
+      *late = b->uses[0];                 // the block's reference passes to the caller
+      b->uses[0] = UseSlot{s, e, now};
     }
     ref(e);
     b->last_use.store(now, std::memory_order_relaxed);
@@ -116,19 +119,53 @@ CUresult UseTracker::record(std::span<Block* const> blocks, CUstream s) noexcept
   if (r == CUDA_SUCCESS) r = TIERRT_CU(cuEventRecord, e->ev, s);
   // Another recorder may have filled a block's slots since the chain was
   // collected: the host waits for the slot it displaces, one at a time.
+  CUresult waited = CUDA_SUCCESS;
   for (std::size_t next = 0; r == CUDA_SUCCESS && next < blocks.size();) {
-    UseEvent* late = nullptr;
+    UseSlot late;
     {
       std::lock_guard<RankedMutex> g(mu_);
       next = store_locked(blocks, next, s, e, chain, &late);
     }
-    if (late != nullptr) {
-      (void)TIERRT_CU(cuEventSynchronize, late->ev);
-      unref(late);
+    if (late.ev != nullptr) {
+      const CUresult w = wait_host(late);
+      if (waited == CUDA_SUCCESS) waited = w;
+      unref(late.ev);
     }
   }
   for (int i = 0; i < chain.n; ++i) unref(chain.ev[i]);
   unref(e);
+  if (r != CUDA_SUCCESS) {
+    const CUresult m = mark_unrecorded(blocks, s);
+    return m != CUDA_SUCCESS ? m : r;
+  }
+  return waited;
+}
+
+CUresult UseTracker::mark_unrecorded(std::span<Block* const> blocks, CUstream s) noexcept {
+  CUresult r = CUDA_SUCCESS;
+  for (Block* b : blocks) {
+    UseSlot displaced;
+    {
+      std::lock_guard<RankedMutex> g(mu_);
+      const UseSlot mark{s, &unrecorded_, clock_.fetch_add(1, std::memory_order_relaxed) + 1};
+      const int slot = slot_of(b, s);
+      if (slot >= 0) {
+        unref_locked(b->uses[slot].ev);  // the stream's idleness implies it
+        b->uses[slot] = mark;
+      } else if (b->nuses < kMaxUseSlots) {
+        b->uses[b->nuses++] = mark;
+      } else {
+        displaced = b->uses[0];  // its reference passes to us
+        b->uses[0] = mark;
+      }
+      b->last_use.store(mark.at, std::memory_order_relaxed);
+    }
+    if (displaced.ev != nullptr) {
+      const CUresult w = wait_host(displaced);
+      if (r == CUDA_SUCCESS) r = w;
+      unref(displaced.ev);
+    }
+  }
   return r;
 }
 
@@ -140,13 +177,26 @@ int UseTracker::take_refs(Block* b, UseSlot* out, CUstream except) noexcept {
 CUresult UseTracker::wait_then_unref(CUstream s, std::span<const UseSlot> uses) noexcept {
   CUresult r = CUDA_SUCCESS;
   for (const UseSlot& u : uses) {
-    if (r == CUDA_SUCCESS) r = TIERRT_CU(cuStreamWaitEvent, s, u.ev->ev, 0u);
+    if (r == CUDA_SUCCESS)
+      r = unrecorded(u.ev) ? wait_host(u) : TIERRT_CU(cuStreamWaitEvent, s, u.ev->ev, 0u);
     unref(u.ev);
   }
   return r;
 }
 
-void UseTracker::forget(Block* b, bool synchronize) noexcept {
+CUresult UseTracker::wait_host(const UseSlot& u) noexcept {
+  if (!unrecorded(u.ev) && TIERRT_CU(cuEventSynchronize, u.ev->ev) == CUDA_SUCCESS) return CUDA_SUCCESS;
+  // A stream destroyed since cannot be waited for: the context can.
+  if (TIERRT_CU(cuStreamSynchronize, u.stream) == CUDA_SUCCESS) return CUDA_SUCCESS;
+  return TIERRT_CU(cuCtxSynchronize);
+}
+
+bool UseTracker::completed(const UseSlot& u) noexcept {
+  if (unrecorded(u.ev)) return TIERRT_CU(cuStreamQuery, u.stream) == CUDA_SUCCESS;
+  return TIERRT_CU(cuEventQuery, u.ev->ev) == CUDA_SUCCESS;
+}
+
+CUresult UseTracker::forget(Block* b, bool synchronize) noexcept {
   UseSlot uses[kMaxUseSlots];
   int n = 0;
   {
@@ -154,16 +204,45 @@ void UseTracker::forget(Block* b, bool synchronize) noexcept {
     for (; n < b->nuses; ++n) uses[n] = b->uses[n];
     b->nuses = 0;
   }
+  CUresult r = CUDA_SUCCESS;
   for (int i = 0; i < n; ++i) {
-    if (synchronize) (void)TIERRT_CU(cuEventSynchronize, uses[i].ev->ev);
+    if (synchronize && r == CUDA_SUCCESS) r = wait_host(uses[i]);
     unref(uses[i].ev);
   }
+  return r;
+}
+
+bool UseTracker::retire_completed(Block* b) noexcept {
+  UseSlot seen[kMaxUseSlots];
+  bool done[kMaxUseSlots] = {};
+  const int n = take_refs(b, seen);
+  for (int i = 0; i < n; ++i) done[i] = completed(seen[i]);
+  int left = 0;
+  {
+    std::lock_guard<RankedMutex> g(mu_);
+    int kept = 0;
+    for (int i = 0; i < b->nuses; ++i) {
+      bool complete = false;
+      for (int j = 0; j < n && !complete; ++j)
+        complete = done[j] && seen[j].ev == b->uses[i].ev && seen[j].at == b->uses[i].at;
+      if (complete) unref_locked(b->uses[i].ev);
+      else b->uses[kept++] = b->uses[i];
+    }
+    b->nuses = left = kept;
+  }
+  for (int i = 0; i < n; ++i) unref(seen[i].ev);
+  return left == 0;
+}
+
+bool UseTracker::idle(const Block* b) noexcept {
+  std::lock_guard<RankedMutex> g(mu_);
+  return b->nuses == 0;
 }
 
 bool UseTracker::try_adopt(Block* b, CUstream s, UseEvent* e) noexcept {
   std::lock_guard<RankedMutex> g(mu_);
   if (b->nuses == kMaxUseSlots) return false;
-  b->uses[b->nuses++] = UseSlot{s, e};
+  b->uses[b->nuses++] = UseSlot{s, e, clock_.fetch_add(1, std::memory_order_relaxed) + 1};
   return true;
 }
 

@@ -2,8 +2,10 @@
 // the event recorded after that stream's last use. A spill's copy waits on
 // them, a cached block reused on another stream waits on them, and a remap
 // waits for them on the host. Events are pooled and reference-counted: one
-// event is shared by every block a launch named. Also the timing-event pairs
-// that measure the mover's copies.
+// event is shared by every block a launch named. A use whose event could not
+// be made or recorded is stored as the unrecorded marker: it is complete
+// only once its stream is idle, so the block never looks idle before. Also
+// the timing-event pairs that measure the mover's copies.
 #pragma once
 
 #include <cuda.h>
@@ -20,6 +22,12 @@
 
 namespace tierrt::alloc {
 
+// Whether memory allocated or freed on `s` is stream-ordered (the
+// application's own stream: cuMemAllocAsync, cuMemFreeAsync). The legacy
+// stream (cuMemAlloc, cuMemFree) orders nothing against non-blocking streams:
+// memory handed out there must be free of every recorded use already.
+inline bool stream_ordered(CUstream s) noexcept { return s != nullptr && s != CU_STREAM_LEGACY; }
+
 // Two timing-enabled events around one copy; both null when none could be
 // made or recorded (measuring is optional).
 struct CopyTimer {
@@ -35,11 +43,17 @@ class UseTracker {
 
   // An event with one reference, or null when none can be made.
   UseEvent* acquire() noexcept;
-  static void ref(UseEvent* e) noexcept { e->refs.fetch_add(1, std::memory_order_relaxed); }
+  static void ref(UseEvent* e) noexcept {
+    if (!unrecorded(e)) e->refs.fetch_add(1, std::memory_order_relaxed);
+  }
   void unref(UseEvent* e) noexcept;
+  // The marker of a use no event stands for (never pooled, never counted).
+  static bool unrecorded(const UseEvent* e) noexcept { return e == &unrecorded_; }
 
   // Records that work just enqueued on `s` uses the blocks. The caller
-  // keeps them pinned meanwhile, so that no spill starts.
+  // keeps them pinned meanwhile, so that no spill starts. When no event can
+  // be recorded the blocks keep an unrecorded use on `s` and the error is
+  // returned.
   CUresult record(std::span<Block* const> blocks, CUstream s) noexcept;
   // The block's uses on streams other than `except` (all when null), each
   // with a reference for the caller; returns how many.
@@ -55,10 +69,21 @@ class UseTracker {
       }
     return n;
   }
-  // Makes `s` wait for each event (until one fails) and drops the references.
+  // Makes `s` wait for each event (until one fails; an unrecorded use is
+  // waited for on the host) and drops the references.
   CUresult wait_then_unref(CUstream s, std::span<const UseSlot> uses) noexcept;
-  // Forgets the block's uses; with `synchronize`, the host waits for each.
-  void forget(Block* b, bool synchronize) noexcept;
+  // Waits on the host until the use completed: its event; its stream when
+  // there is none or the event's wait failed; the context when that failed.
+  static CUresult wait_host(const UseSlot& u) noexcept;
+  // Whether the use is known complete now (a failed query says no).
+  static bool completed(const UseSlot& u) noexcept;
+  // Forgets the block's uses; with `synchronize`, the host waits for each
+  // first (the first failure is returned: nothing is known complete then).
+  CUresult forget(Block* b, bool synchronize) noexcept;
+  // Drops the block's uses known complete (queried without the lock); true
+  // when none is left.
+  bool retire_completed(Block* b) noexcept;
+  bool idle(const Block* b) noexcept;  // no use left
   // A fetch's copy on `s` becomes a use of the block: the caller's reference
   // to `e` passes to the block. False when its slots are full (the caller
   // then waits for `e` on the host).
@@ -93,7 +118,11 @@ class UseTracker {
   // slot whose event is not in the chain would have to be dropped, handing
   // that event to `late` (the host waits for it). Returns where it stopped.
   std::size_t store_locked(std::span<Block* const> blocks, std::size_t first, CUstream s, UseEvent* e,
-                           const Chain& c, UseEvent** late) noexcept;
+                           const Chain& c, UseSlot* late) noexcept;
+  // Stores the unrecorded marker as each block's use on `s`.
+  CUresult mark_unrecorded(std::span<Block* const> blocks, CUstream s) noexcept;
+
+  static UseEvent unrecorded_;
 
   // Rank 50 (lock_rank.h): taken inside alloc.blocks; nothing inside it.
   RankedMutex mu_{kRankUses, "alloc.uses"};

@@ -1,10 +1,13 @@
 // PyTorch's pluggable-allocator entry points:
 //   torch.cuda.memory.CUDAPluggableAllocator("libtierrt.so",
 //       "tierrt_torch_malloc", "tierrt_torch_free")
+// and, for Tensor.record_stream, tierrt_torch_record_stream through the C++
+// allocator's set_record_stream_fn (void(void* ptr, cudaStream_t stream)).
 // Stream-ordered: memory freed on a stream is reused only as that stream's
-// work allows, which is what PyTorch's caching allocator assumes of itself.
-// With tierrt off, or on another device than the engine's, they stand in for
-// cuMemAllocAsync / cuMemFreeAsync and forward to them.
+// work allows, which is what PyTorch's caching allocator assumes of itself;
+// memory recorded on another stream also waits for that stream's work.
+// With tierrt off, or on another device than the engine's, malloc and free
+// stand in for cuMemAllocAsync / cuMemFreeAsync and forward to them.
 #include <sys/types.h>
 
 #include "hooks.h"
@@ -35,6 +38,16 @@ void tierrt_torch_free(void* ptr, ssize_t size, int device, void* stream) {
   // PyTorch's free returns nothing: a failure here has no one to report to.
   if (Engine* e = Engine::active()) (void)e->free_async(p, s, forward);
   else (void)forward();
+}
+
+// Work enqueued on `stream` so far uses the allocation at `ptr`: a free
+// waits for it before the memory is handed out again. PyTorch's record-stream
+// call returns nothing either.
+void tierrt_torch_record_stream(void* ptr, void* stream) {
+  Engine* e = Engine::active();
+  if (!ptr || !e) return;
+  const AddressRange range{reinterpret_cast<CUdeviceptr>(ptr), 1};
+  (void)e->access({range}, static_cast<CUstream>(stream), [] { return CUDA_SUCCESS; });
 }
 
 }  // extern "C"

@@ -7,8 +7,11 @@
 #include <gtest/gtest.h>
 #include <simdev/simdev.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "allocator/allocator.h"
@@ -55,7 +58,25 @@ struct Kernels {
   CUfunction fill = nullptr;       // (ptr, n, seed)
   CUfunction fill_slow = nullptr;  // the same, and the stream is busy 50 ms
   CUfunction sum = nullptr;        // (ptr, n, out_ptr): *out = checksum
+  // The same two, touching memory only at the end of their 50 ms, and not
+  // before the late gate is open: work that is still using a block while
+  // the host goes on.
+  CUfunction fill_late = nullptr;
+  CUfunction sum_late = nullptr;
 };
+
+inline constexpr std::uint64_t kLateNs = 50'000'000;
+
+// Open unless a test closes it; a late kernel waits for it (10 s at most,
+// so that a test that forgets to open it fails rather than hangs).
+inline std::atomic<bool>& late_gate() {
+  static std::atomic<bool> open{true};
+  return open;
+}
+inline void wait_for_late_gate() {
+  for (int ms = 0; ms < 10'000 && !late_gate().load(); ++ms)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+}
 
 inline void k_fill(const simdev_launch* l) {
   CUdeviceptr p;
@@ -73,6 +94,16 @@ inline void k_sum(const simdev_launch* l) {
   std::memcpy(&out, l->params[2], 8);
   const std::uint64_t h = checksum(reinterpret_cast<const std::uint8_t*>(p), n);
   std::memcpy(reinterpret_cast<void*>(out), &h, 8);
+}
+inline void k_fill_late(const simdev_launch* l) {
+  std::this_thread::sleep_for(std::chrono::nanoseconds(kLateNs));
+  wait_for_late_gate();
+  k_fill(l);
+}
+inline void k_sum_late(const simdev_launch* l) {
+  std::this_thread::sleep_for(std::chrono::nanoseconds(kLateNs));
+  wait_for_late_gate();
+  k_sum(l);
 }
 
 // A context current on this thread, and the kernels. Call once per process
@@ -99,6 +130,13 @@ struct Env {
       d.fn = k_sum;
       d.modeled_ns = 0;
       simdev_register_kernel(&d);
+      d.modeled_ns = kLateNs;
+      d.name = "tierrt_fill_late";
+      d.fn = k_fill_late;
+      simdev_register_kernel(&d);
+      d.name = "tierrt_sum_late";
+      d.fn = k_sum_late;
+      simdev_register_kernel(&d);
       if (cuInit(0) != CUDA_SUCCESS) return x;
       cuDeviceGet(&x.dev, 0);
       cuDevicePrimaryCtxRetain(&x.ctx, x.dev);
@@ -109,6 +147,8 @@ struct Env {
       cuModuleGetFunction(&x.k.fill, m, "tierrt_fill");
       cuModuleGetFunction(&x.k.fill_slow, m, "tierrt_fill_slow");
       cuModuleGetFunction(&x.k.sum, m, "tierrt_sum");
+      cuModuleGetFunction(&x.k.fill_late, m, "tierrt_fill_late");
+      cuModuleGetFunction(&x.k.sum_late, m, "tierrt_sum_late");
       return x;
     }();
     return e;

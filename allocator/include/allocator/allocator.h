@@ -85,14 +85,29 @@ class Allocator {
   // Like cuMemAllocAsync / cuMemFreeAsync: usable on `stream` at once, on
   // other streams after the work they were given. Never fails for want of
   // device memory while idle blocks can be spilled.
+  //
+  // Memory freed is handed out again only once every use recorded on it
+  // completed, or to a stream-ordered allocation (a stream of the
+  // application's, not null or CU_STREAM_LEGACY) whose stream then waits for
+  // those uses on the device. With null or CU_STREAM_LEGACY (cuMemAlloc,
+  // cuMemFree) the memory is usable by every stream at once, so it is
+  // reused only once idle; the free itself never waits.
   CUresult allocate(CUdeviceptr* out, std::size_t bytes, CUstream stream,
                     AllocFlags flags = {}) noexcept;
+  // CUDA_ERROR_INVALID_VALUE for a pointer that is not the start of a live
+  // allocation (an interior pointer, a double free).
   CUresult free(CUdeviceptr ptr, CUstream stream) noexcept;
 
   // The block containing ptr (interior pointers too), or null: not ours, a
   // small-object slab, or freed (check state()). O(1), lock-free.
   Block* lookup(CUdeviceptr ptr) const noexcept;
   bool owns(CUdeviceptr ptr) const noexcept;
+  // What a use of ptr is recorded on: its block, or for a small allocation
+  // its slab's use record (Block::slab: no allocation, no VA of its own,
+  // never spilled); null when not ours. ensure_resident, record_use and
+  // release take both, so that a freed slot waits for the work that named
+  // it; the planner knows only blocks (skip Block::slab).
+  Block* use_target(CUdeviceptr ptr) const noexcept;
   // A pass-through allocation (AllocFlags::pass_through) that the caller is
   // freeing through the driver itself: forgotten here, so that nothing frees
   // it twice. False when ptr is not one.
@@ -126,8 +141,11 @@ class Allocator {
   // Tells `observer` (null: nobody) what the mover sees from now on. It must
   // outlive the allocator.
   void set_observer(MoveObserver* observer) noexcept;
-  // Returns cached device memory to the driver (at least `bytes`, or all).
+  // Returns cached device memory to the driver (at least `bytes`, or all),
+  // then empty slabs if that was not enough.
   std::uint64_t trim(std::uint64_t bytes = UINT64_MAX) noexcept;
+  // Returns every empty small-allocation slab whose uses completed.
+  std::uint64_t release_empty_slabs() noexcept;
   // Waits until every started spill and fetch is finalised.
   void drain() noexcept;
 

@@ -55,9 +55,13 @@ struct UseEvent {
   UseEvent* next_free = nullptr;
 };
 
+// The last use of a block on one stream. `ev` is the allocator's
+// unrecorded-use marker when no event could be recorded: the use is then
+// known complete only once the stream is idle.
 struct UseSlot {
   CUstream stream = nullptr;
   UseEvent* ev = nullptr;
+  std::uint64_t at = 0;  // the use clock when stored: tells two uses with one marker apart
 };
 
 inline constexpr int kMaxUseSlots = 8;
@@ -77,6 +81,9 @@ struct Block {
   std::size_t size = 0;    // bytes the application asked for
   std::size_t mapped = 0;  // size rounded to the granularity
   bool spillable = true;   // false below TIERRT_MIN_BYTES
+  // A slab's use record (Allocator::use_target): the uses of its small
+  // allocations, never an allocation itself, never spilled.
+  bool slab = false;
 
   // Backing (guarded by alloc.blocks; a move in flight owns it meanwhile).
   CUmemGenericAllocationHandle dev = 0;  // device chunk while resident
