@@ -169,7 +169,7 @@ class HostBackedRange {
 };
 
 TEST_F(SimdevModeledCopy, Env_DeviceToDeviceCopiesIntoHostBackedMemoryTakeTheLinkTime) {
-  const size_t bytes = 64 * kMiB;
+  const size_t bytes = 32 * kMiB;
   DeviceBuffer d(bytes);
   HostBackedRange host(bytes);
   Stream s;
@@ -188,7 +188,7 @@ TEST_F(SimdevModeledCopy, Env_DeviceToDeviceCopiesIntoHostBackedMemoryTakeTheLin
 }
 
 TEST_F(SimdevModeledCopy, Env_MemsetOfHostBackedMemoryTakesTheLinkTime) {
-  const size_t bytes = 64 * kMiB;
+  const size_t bytes = 32 * kMiB;
   HostBackedRange host(bytes);
   Stream s;
   for (CUresult r : {host.status(), s.status()}) ASSERT_CU(r);
