@@ -127,7 +127,11 @@ CUresult capture_end(const StreamPtr& s, CUgraph* out) {
   }
   close_sequence(seq);
   if (result) {
-    if (!seq->user_graph) destroy_graph(seq->graph);
+    if (!seq->user_graph) {
+      // No graph will ever run: its allocations go back with it.
+      for (auto& a : seq->graph->graph->allocations) a->freed_by_graph = true;
+      destroy_graph(seq->graph);
+    }
     *out = nullptr;
     return result;
   }

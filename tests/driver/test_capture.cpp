@@ -2,6 +2,7 @@
 // on this and other threads, side streams joined through events, the
 // capture boundary, capture into an existing graph, the capture's
 // dependencies, and stream-ordered allocation inside a capture.
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -26,12 +27,26 @@ CUresult on_other_thread(CUcontext ctx, Fn fn) {
   return r;
 }
 
-// A potentially unsafe call: a plain allocation, freed again when granted.
+// Allocations granted during a capture, freed once it has ended (a free
+// may synchronise, which a capture in progress must not see).
+std::mutex g_probes_mu;
+std::vector<CUdeviceptr> g_probes;
+
+// A potentially unsafe call: a plain allocation.
 CUresult try_mem_alloc() {
   CUdeviceptr p = 0;
   CUresult r = cuMemAlloc(&p, 4096);
-  if (r == CUDA_SUCCESS) cuMemFree(p);
+  if (r == CUDA_SUCCESS) {
+    std::lock_guard lock(g_probes_mu);
+    g_probes.push_back(p);
+  }
   return r;
+}
+
+void free_probes() {
+  std::lock_guard lock(g_probes_mu);
+  for (CUdeviceptr p : g_probes) EXPECT_CU(cuMemFree(p));
+  g_probes.clear();
 }
 
 CUresult with_thread_mode(CUstreamCaptureMode mode, CUresult (*fn)()) {
@@ -68,6 +83,7 @@ TEST_F(DriverTest, GlobalCaptureForbidsUnsafeCallsOnItsThread) {
   EXPECT_EQ(CU_STREAM_CAPTURE_STATUS_INVALIDATED, capture_status(s));
   EXPECT_EQ(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, end_and_discard(s));
   EXPECT_CU(try_mem_alloc());
+  free_probes();
 }
 
 TEST_F(DriverTest, ThreadLocalCaptureForbidsUnsafeCallsOnlyOnItsThread) {
@@ -78,6 +94,7 @@ TEST_F(DriverTest, ThreadLocalCaptureForbidsUnsafeCallsOnlyOnItsThread) {
   EXPECT_EQ(CU_STREAM_CAPTURE_STATUS_ACTIVE, capture_status(s));
   EXPECT_EQ(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, try_mem_alloc());
   EXPECT_EQ(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, end_and_discard(s));
+  free_probes();
 }
 
 TEST_F(DriverTest, GlobalCaptureForbidsUnsafeCallsOnOtherThreadsInGlobalMode) {
@@ -92,6 +109,7 @@ TEST_F(DriverTest, GlobalCaptureForbidsUnsafeCallsOnOtherThreadsInGlobalMode) {
   EXPECT_EQ(CU_STREAM_CAPTURE_STATUS_ACTIVE, capture_status(s));
   EXPECT_EQ(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, on_other_thread(context(), try_mem_alloc));
   EXPECT_EQ(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, end_and_discard(s));
+  free_probes();
 }
 
 TEST_F(DriverTest, RelaxedCaptureAllowsUnsafeCalls) {
@@ -102,6 +120,7 @@ TEST_F(DriverTest, RelaxedCaptureAllowsUnsafeCalls) {
   EXPECT_CU(on_other_thread(context(), try_mem_alloc));
   EXPECT_EQ(CU_STREAM_CAPTURE_STATUS_ACTIVE, capture_status(s));
   EXPECT_CU(end_and_discard(s));
+  free_probes();
 }
 
 TEST_F(DriverTest, RelaxedThreadModeLiftsItsOwnGlobalCapturesBan) {
@@ -110,6 +129,7 @@ TEST_F(DriverTest, RelaxedThreadModeLiftsItsOwnGlobalCapturesBan) {
   ASSERT_CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
   EXPECT_CU(with_thread_mode(CU_STREAM_CAPTURE_MODE_RELAXED, try_mem_alloc));
   EXPECT_CU(end_and_discard(s));
+  free_probes();
 }
 
 TEST_F(DriverTest, SynchronousCopyIsRefusedDuringGlobalCapture) {
