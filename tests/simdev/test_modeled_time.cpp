@@ -187,6 +187,22 @@ TEST_F(SimdevModeledCopy, Env_DeviceToDeviceCopiesIntoHostBackedMemoryTakeTheLin
   EXPECT_GE(wall_ms_since(t0), 0.9 * modeled_ms(bytes, h2d_));
 }
 
+TEST_F(SimdevModeledCopy, Env_DeviceToDeviceCopyIntoPinnedHostBackedPointerTakesTheLinkTime) {
+  const size_t bytes = 32 * kMiB;
+  DeviceBuffer d(bytes);
+  PinnedBuffer pinned(bytes, CU_MEMHOSTALLOC_DEVICEMAP);
+  Stream s;
+  for (CUresult r : {d.status(), pinned.status(), s.status()}) ASSERT_CU(r);
+  CUdeviceptr mapped = 0;
+  ASSERT_CU(cuMemHostGetDevicePointer(&mapped, pinned.get(), 0));
+  auto copy = [&] { return cuMemcpyDtoDAsync(mapped, d.ptr(), bytes, s); };
+  warm_up(copy, {s});
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_CU(copy());
+  ASSERT_CU(cuStreamSynchronize(s));
+  EXPECT_GE(wall_ms_since(t0), 0.9 * modeled_ms(bytes, d2h_));
+}
+
 TEST_F(SimdevModeledCopy, Env_MemsetOfHostBackedMemoryTakesTheLinkTime) {
   const size_t bytes = 32 * kMiB;
   HostBackedRange host(bytes);
