@@ -143,6 +143,7 @@ SIMDEV_API CUresult CUDAAPI cuEventElapsedTime_v2(float* ms, CUevent start, CUev
   if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
   auto ma = a->current(), mb = b->current();
   if (!ma || !mb) return CUDA_ERROR_INVALID_HANDLE;  // never recorded
+  if (event_in_capture(ma.get()) || event_in_capture(mb.get())) return CUDA_ERROR_CAPTURED_EVENT;
   if (!complete(ma) || !complete(mb)) return CUDA_ERROR_NOT_READY;
   *ms = static_cast<float>(static_cast<double>(mb->ns.load() - ma->ns.load()) / 1e6);
   return CUDA_SUCCESS;
