@@ -1,6 +1,7 @@
 // Primary and created contexts, and the calling thread's current context.
 #include <vector>
 
+#include "capture.h"
 #include "state.h"
 #include "stream.h"
 
@@ -213,6 +214,7 @@ SIMDEV_API CUresult CUDAAPI cuCtxGetApiVersion(CUcontext c, unsigned int* versio
 
 SIMDEV_API CUresult CUDAAPI cuCtxSynchronize() {
   SIMDEV_ENTER_CTX("cuCtxSynchronize", CUDA_ERROR_INVALID_CONTEXT, ctx);
+  if (CUresult e = refuse_context_sync_during_capture(ctx)) return e;
   return synchronize_context(ctx);
 }
 
@@ -220,6 +222,7 @@ SIMDEV_API CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext c) {
   if (!c) return cuCtxSynchronize();
   SIMDEV_ENTER("cuCtxSynchronize_v2", CUDA_ERROR_INVALID_CONTEXT);
   if (!valid_context(c)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (CUresult e = refuse_context_sync_during_capture(reinterpret_cast<Context*>(c))) return e;
   return synchronize_context(reinterpret_cast<Context*>(c));
 }
 

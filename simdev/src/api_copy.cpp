@@ -1,8 +1,10 @@
-// Copies and memsets. Each is work on a stream: copies between host and
-// device go through the copy engine of their direction, device-to-device
+// Copies and memsets. Each is work on a stream (copy_work.h): what crosses
+// the link goes through the copy engine of its direction; device-to-device
 // copies and memsets run on the stream's worker, as kernels would.
 #include <cstring>
 
+#include "capture.h"
+#include "copy_work.h"
 #include "state.h"
 #include "stream.h"
 
@@ -19,28 +21,44 @@ bool is_device_side(uint64_t p) {
   return m.in_arena(p) || m.resolve(p).kind == Resolved::kPinnedHost;
 }
 
-CopyEngine* engine_for(Dir d) {
-  switch (d) {
-    case Dir::kHtoD: return &state().h2d;
-    case Dir::kDtoH: return &state().d2h;
-    default: return nullptr;
-  }
+// Host memory of any kind, wherever it is mapped: bytes there cross the link.
+bool in_host_memory(uint64_t p) {
+  AddressSpace& m = state().memory;
+  if (!m.in_arena(p)) return true;  // pageable or pinned host memory
+  return m.resolve(p).host_backed;
 }
 
-// The work of one copy, run on the stream's worker.
-Work copy_work(uint64_t dst, uint64_t src, size_t n, Dir dir) {
-  Work w;
-  w.run = [=] {
-    AddressSpace& m = state().memory;
-    Access acc[2] = {{dst, n, true, false}, {src, n, false, false}};
-    uint64_t token = 0;
-    if (CUresult e = m.begin_use(acc, 2, &token)) return e;
-    if (CopyEngine* engine = engine_for(dir)) engine->transfer(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
-    else std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
-    m.end_use(token);
-    return CUDA_SUCCESS;
-  };
-  return w;
+// The engine of the link a copy crosses, or null for one within the device.
+CopyEngine* link_engine(uint64_t dst, uint64_t src) {
+  if (in_host_memory(src)) return &state().h2d;
+  if (in_host_memory(dst)) return &state().d2h;
+  return nullptr;
+}
+
+// Runs on the stream's worker.
+CUresult run_copy(uint64_t dst, uint64_t src, size_t n) {
+  AddressSpace& m = state().memory;
+  Access acc[2] = {{dst, n, true, false}, {src, n, false, false}};
+  uint64_t token = 0;
+  if (CUresult e = m.begin_use(acc, 2, &token)) return e;
+  if (CopyEngine* engine = link_engine(dst, src))
+    engine->transfer(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+  else
+    std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+  m.end_use(token);
+  return CUDA_SUCCESS;
+}
+
+void fill(uint64_t dst, uint32_t value, unsigned elem, size_t count) {
+  if (elem == 1) {
+    std::memset(reinterpret_cast<void*>(dst), static_cast<int>(value & 0xff), count);
+  } else if (elem == 2) {
+    auto* p = reinterpret_cast<uint16_t*>(dst);
+    for (size_t i = 0; i < count; ++i) p[i] = static_cast<uint16_t>(value);
+  } else {
+    auto* p = reinterpret_cast<uint32_t*>(dst);
+    for (size_t i = 0; i < count; ++i) p[i] = value;
+  }
 }
 
 CUresult wait_for(const StreamPtr& s, uint64_t seq) {
@@ -51,6 +69,9 @@ CUresult wait_for(const StreamPtr& s, uint64_t seq) {
 // `sync`: the call returns when the copy is done. Copies from or to pageable
 // host memory behave synchronously too, as the driver's do.
 CUresult copy(Context* ctx, Dir dir, uint64_t dst, uint64_t src, size_t n, CUstream h, bool per_thread, bool sync) {
+  if (sync) {
+    if (CUresult e = refuse_unsafe_call()) return e;
+  }
   if (n == 0) return CUDA_SUCCESS;
   if (!dst || !src) return CUDA_ERROR_INVALID_VALUE;
   bool dst_dev = is_device_side(dst), src_dev = is_device_side(src);
@@ -64,37 +85,85 @@ CUresult copy(Context* ctx, Dir dir, uint64_t dst, uint64_t src, size_t n, CUstr
   if (CUresult e = resolve_stream(h, per_thread, ctx, &s)) return e;
   bool pageable = (dir == Dir::kHtoD && !is_device_side(src)) || (dir == Dir::kDtoH && !is_device_side(dst));
   uint64_t seq = 0;
-  if (CUresult e = submit(s, copy_work(dst, src, n, dir), &seq)) return e;
+  if (CUresult e = submit(s, copy_work(dst, src, n), &seq)) return e;
   return sync || pageable ? wait_for(s, seq) : CUDA_SUCCESS;
 }
 
-CUresult memset(Context* ctx, uint64_t dst, uint32_t value, unsigned elem, size_t count, CUstream h, bool per_thread) {
+CUresult memset(Context* ctx, uint64_t dst, uint32_t value, unsigned elem, size_t count, CUstream h, bool per_thread,
+                bool sync) {
+  if (sync) {
+    if (CUresult e = refuse_unsafe_call()) return e;
+  }
   if (count == 0) return CUDA_SUCCESS;
   if (!dst || dst % elem != 0 || !is_device_side(dst)) return CUDA_ERROR_INVALID_VALUE;
   StreamPtr s;
   if (CUresult e = resolve_stream(h, per_thread, ctx, &s)) return e;
-  Work w;
-  w.run = [=] {
-    AddressSpace& m = state().memory;
-    Access a{dst, count * elem, true, false};
-    uint64_t token = 0;
-    if (CUresult e = m.begin_use(&a, 1, &token)) return e;
-    if (elem == 1) {
-      std::memset(reinterpret_cast<void*>(dst), static_cast<int>(value & 0xff), count);
-    } else if (elem == 2) {
-      auto* p = reinterpret_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < count; ++i) p[i] = static_cast<uint16_t>(value);
-    } else {
-      auto* p = reinterpret_cast<uint32_t*>(dst);
-      for (size_t i = 0; i < count; ++i) p[i] = value;
-    }
-    m.end_use(token);
-    return CUDA_SUCCESS;
-  };
-  return submit(s, std::move(w));
+  return submit(s, memset_work(dst, count * elem, value, elem, count, 1));
 }
 
 }  // namespace
+
+namespace simdev {
+
+Work copy_work(uint64_t dst, uint64_t src, size_t n) {
+  Work w;
+  w.node_type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  w.run = [=] { return run_copy(dst, src, n); };
+  return w;
+}
+
+Work memset_work(uint64_t dst, size_t pitch, uint32_t value, unsigned elem, size_t width, size_t height) {
+  Work w;
+  w.node_type = CU_GRAPH_NODE_TYPE_MEMSET;
+  w.run = [=] {
+    AddressSpace& m = state().memory;
+    std::vector<Access> rows;
+    for (size_t r = 0; r < height; ++r) rows.push_back({dst + r * pitch, width * elem, true, false});
+    uint64_t token = 0;
+    if (CUresult e = m.begin_use(rows.data(), rows.size(), &token)) return e;
+    auto set_rows = [&] {
+      for (size_t r = 0; r < height; ++r) fill(dst + r * pitch, value, elem, width);
+    };
+    if (in_host_memory(dst)) state().d2h.occupy(width * elem * height, set_rows);
+    else set_rows();
+    m.end_use(token);
+    return CUDA_SUCCESS;
+  };
+  return w;
+}
+
+CUresult memcpy3d_work(const CUDA_MEMCPY3D& p, Work* out) {
+  auto base = [](CUmemorytype type, const void* host, CUdeviceptr dev, uint64_t* b) {
+    switch (type) {
+      case CU_MEMORYTYPE_HOST: *b = u(host); return host != nullptr;
+      case CU_MEMORYTYPE_DEVICE:
+      case CU_MEMORYTYPE_UNIFIED: *b = dev; return dev != 0;
+      default: return false;  // arrays are not modelled
+    }
+  };
+  uint64_t src = 0, dst = 0;
+  if (!base(p.srcMemoryType, p.srcHost, p.srcDevice, &src) || !base(p.dstMemoryType, p.dstHost, p.dstDevice, &dst))
+    return CUDA_ERROR_INVALID_VALUE;
+  size_t width = p.WidthInBytes, height = p.Height ? p.Height : 1, depth = p.Depth ? p.Depth : 1;
+  size_t src_pitch = p.srcPitch ? p.srcPitch : width, dst_pitch = p.dstPitch ? p.dstPitch : width;
+  size_t src_rows = p.srcHeight ? p.srcHeight : height, dst_rows = p.dstHeight ? p.dstHeight : height;
+  if (width == 0 || src_pitch < width || dst_pitch < width) return CUDA_ERROR_INVALID_VALUE;
+  src += p.srcXInBytes + (p.srcZ * src_rows + p.srcY) * src_pitch;
+  dst += p.dstXInBytes + (p.dstZ * dst_rows + p.dstY) * dst_pitch;
+  Work w;
+  w.node_type = CU_GRAPH_NODE_TYPE_MEMCPY;
+  w.run = [=] {
+    for (size_t z = 0; z < depth; ++z)
+      for (size_t y = 0; y < height; ++y)
+        if (CUresult e = run_copy(dst + (z * dst_rows + y) * dst_pitch, src + (z * src_rows + y) * src_pitch, width))
+          return e;
+    return CUDA_SUCCESS;
+  };
+  *out = std::move(w);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace simdev
 
 #define SIMDEV_COPY_SYNC(name, site, dir, dst_t, src_t, ptds)                        \
   SIMDEV_API CUresult CUDAAPI name(dst_t dst, src_t src, size_t n) {                 \
@@ -129,13 +198,13 @@ SIMDEV_COPY_ASYNC(cuMemcpyAsync_ptsz, "cuMemcpyAsync", Dir::kInfer, CUdeviceptr,
 #define SIMDEV_MEMSET(name, site, value_t, elem, ptds)                                \
   SIMDEV_API CUresult CUDAAPI name(CUdeviceptr dst, value_t value, size_t count) {   \
     SIMDEV_ENTER_CTX(site, CUDA_ERROR_INVALID_VALUE, ctx);                           \
-    return memset(ctx, dst, value, elem, count, nullptr, ptds);                      \
+    return memset(ctx, dst, value, elem, count, nullptr, ptds, true);                      \
   }
 
 #define SIMDEV_MEMSET_ASYNC(name, site, value_t, elem, ptsz)                                    \
   SIMDEV_API CUresult CUDAAPI name(CUdeviceptr dst, value_t value, size_t count, CUstream h) {  \
     SIMDEV_ENTER_CTX(site, CUDA_ERROR_INVALID_VALUE, ctx);                                      \
-    return memset(ctx, dst, value, elem, count, h, ptsz);                                       \
+    return memset(ctx, dst, value, elem, count, h, ptsz, false);                                       \
   }
 
 SIMDEV_MEMSET(cuMemsetD8_v2, "cuMemsetD8_v2", unsigned char, 1, false)

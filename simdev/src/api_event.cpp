@@ -3,6 +3,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "capture.h"
 #include "event.h"
 #include "state.h"
 
@@ -32,6 +33,13 @@ CUresult record(Context* ctx, CUevent ev, CUstream h, bool ptsz) {
   if (CUresult r = resolve_stream(h, ptsz, ctx, &s)) return r;
   auto mark = std::make_shared<EventMark>();
   mark->stream = s;
+  CUresult captured = CUDA_SUCCESS;
+  if (capture_record_event(s, *mark, &captured)) {
+    if (captured) return captured;
+    std::lock_guard lock(e->mu);
+    e->mark = std::move(mark);
+    return CUDA_SUCCESS;
+  }
   Work w;
   w.run = [mark] {
     mark->ns.store(now_ns());
@@ -109,7 +117,9 @@ SIMDEV_API CUresult CUDAAPI cuEventQuery(CUevent ev) {
   (void)ctx;
   Event* e = find_event(ev);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
-  return complete(e->current()) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+  auto m = e->current();
+  if (event_in_capture(m.get())) return CUDA_ERROR_CAPTURED_EVENT;
+  return complete(m) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
 SIMDEV_API CUresult CUDAAPI cuEventSynchronize(CUevent ev) {
@@ -117,7 +127,9 @@ SIMDEV_API CUresult CUDAAPI cuEventSynchronize(CUevent ev) {
   (void)ctx;
   Event* e = find_event(ev);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
-  if (auto m = e->current(); m && m->seq) m->stream->wait(m->seq);
+  auto m = e->current();
+  if (event_in_capture(m.get())) return CUDA_ERROR_CAPTURED_EVENT;
+  if (m && m->seq) m->stream->wait(m->seq);
   return static_cast<CUresult>(state().sticky.load());
 }
 
@@ -131,6 +143,7 @@ SIMDEV_API CUresult CUDAAPI cuEventElapsedTime_v2(float* ms, CUevent start, CUev
   if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
   auto ma = a->current(), mb = b->current();
   if (!ma || !mb) return CUDA_ERROR_INVALID_HANDLE;  // never recorded
+  if (event_in_capture(ma.get()) || event_in_capture(mb.get())) return CUDA_ERROR_CAPTURED_EVENT;
   if (!complete(ma) || !complete(mb)) return CUDA_ERROR_NOT_READY;
   *ms = static_cast<float>(static_cast<double>(mb->ns.load() - ma->ns.load()) / 1e6);
   return CUDA_SUCCESS;

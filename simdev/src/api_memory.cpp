@@ -1,4 +1,5 @@
 // cuMemAlloc and friends, stream-ordered allocation, pinned host memory.
+#include "capture.h"
 #include "state.h"
 #include "stream.h"
 
@@ -16,11 +17,6 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUstream h, bool ptsz, Con
   if (!dptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   StreamPtr s;
   if (CUresult e = resolve_stream(h, ptsz, ctx, &s)) return e;
-  {
-    std::lock_guard c(s->capture_mu);
-    // Graph memory nodes are not modelled: say so rather than misbehave.
-    if (s->capture.status != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_NOT_SUPPORTED;
-  }
   // Memory handed out now is also valid at the stream's point: allocating
   // early is one of the orders the driver may choose. Memory this stream
   // frees before that point is the pool's to reuse, so when the device is
@@ -32,6 +28,13 @@ CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUstream h, bool ptsz, Con
     e = state().memory.mem_alloc(bytes, &p);
   }
   if (e) return e;
+  // In a capture the allocation becomes the graph's allocation node: the
+  // memory is the graph's from now on, so its nodes may name it.
+  CUresult captured = CUDA_SUCCESS;
+  if (capture_alloc(s, p, &captured) && captured) {
+    state().memory.mem_free(p);
+    return captured;
+  }
   *dptr = p;
   return CUDA_SUCCESS;
 }
@@ -41,10 +44,8 @@ CUresult free_async(CUdeviceptr dptr, CUstream h, bool ptsz, Context* ctx) {
   if (CUresult e = resolve_stream(h, ptsz, ctx, &s)) return e;
   Resolved r = state().memory.resolve(dptr);
   if (r.kind != Resolved::kDeviceMapped || r.range_base != dptr) return CUDA_ERROR_INVALID_VALUE;
-  {
-    std::lock_guard c(s->capture_mu);
-    if (s->capture.status != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_NOT_SUPPORTED;
-  }
+  CUresult captured = CUDA_SUCCESS;
+  if (capture_free(s, dptr, &captured)) return captured;
   Work w;
   w.run = [dptr] { return state().memory.mem_free(dptr); };
   return submit(s, std::move(w));
@@ -65,6 +66,7 @@ SIMDEV_API CUresult CUDAAPI cuMemGetInfo_v2(size_t* free_bytes, size_t* total_by
 
 SIMDEV_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   SIMDEV_ENTER_CTX("cuMemAlloc_v2", CUDA_ERROR_OUT_OF_MEMORY, ctx);
+  if (CUresult e = refuse_unsafe_call()) return e;
   (void)ctx;
   if (!dptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   uint64_t p = 0;
@@ -76,6 +78,7 @@ SIMDEV_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
 SIMDEV_API CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch, size_t width, size_t height,
                                                unsigned int element_bytes) {
   SIMDEV_ENTER_CTX("cuMemAllocPitch_v2", CUDA_ERROR_OUT_OF_MEMORY, ctx);
+  if (CUresult e = refuse_unsafe_call()) return e;
   (void)ctx;
   if (!dptr || !pitch || width == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
   if (element_bytes != 4 && element_bytes != 8 && element_bytes != 16) return CUDA_ERROR_INVALID_VALUE;
@@ -89,6 +92,7 @@ SIMDEV_API CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch,
 
 SIMDEV_API CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr) {
   SIMDEV_ENTER_CTX("cuMemFree_v2", CUDA_ERROR_INVALID_VALUE, ctx);
+  if (CUresult e = refuse_unsafe_call()) return e;
   if (dptr == 0) return CUDA_SUCCESS;
   Resolved r = state().memory.resolve(dptr);
   if (r.kind != Resolved::kDeviceMapped || r.range_base != dptr) return CUDA_ERROR_INVALID_VALUE;
@@ -156,6 +160,7 @@ SIMDEV_API CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool* pool, CUdevice dev)
 
 SIMDEV_API CUresult CUDAAPI cuMemHostAlloc(void** pp, size_t bytes, unsigned int flags) {
   SIMDEV_ENTER_CTX("cuMemHostAlloc", CUDA_ERROR_OUT_OF_MEMORY, ctx);
+  if (CUresult e = refuse_unsafe_call()) return e;
   (void)ctx;
   constexpr unsigned kKnown = CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_WRITECOMBINED;
   if (!pp || bytes == 0 || (flags & ~kKnown)) return CUDA_ERROR_INVALID_VALUE;
@@ -166,6 +171,7 @@ SIMDEV_API CUresult CUDAAPI cuMemAllocHost_v2(void** pp, size_t bytes) { return 
 
 SIMDEV_API CUresult CUDAAPI cuMemFreeHost(void* p) {
   SIMDEV_ENTER_CTX("cuMemFreeHost", CUDA_ERROR_INVALID_VALUE, ctx);
+  if (CUresult e = refuse_unsafe_call()) return e;
   if (state().memory.resolve(reinterpret_cast<uint64_t>(p)).kind != Resolved::kPinnedHost)
     return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = synchronize_context(ctx)) return e;
@@ -174,6 +180,7 @@ SIMDEV_API CUresult CUDAAPI cuMemFreeHost(void* p) {
 
 SIMDEV_API CUresult CUDAAPI cuMemHostRegister_v2(void* p, size_t bytes, unsigned int flags) {
   SIMDEV_ENTER_CTX("cuMemHostRegister_v2", CUDA_ERROR_OUT_OF_MEMORY, ctx);
+  if (CUresult e = refuse_unsafe_call()) return e;
   (void)ctx;
   constexpr unsigned kKnown = CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP |
                               CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY;
@@ -188,6 +195,7 @@ SIMDEV_API CUresult CUDAAPI cuMemHostRegister(void* p, size_t bytes, unsigned in
 
 SIMDEV_API CUresult CUDAAPI cuMemHostUnregister(void* p) {
   SIMDEV_ENTER_CTX("cuMemHostUnregister", CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, ctx);
+  if (CUresult e = refuse_unsafe_call()) return e;
   if (!p) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = synchronize_context(ctx)) return e;
   return state().memory.host_unregister(p);

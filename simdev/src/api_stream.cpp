@@ -1,5 +1,5 @@
 // Streams, host functions on streams, and stream capture.
-#include "event.h"
+#include "capture.h"
 #include "state.h"
 #include "stream.h"
 
@@ -9,18 +9,10 @@ namespace {
 
 constexpr int kLeastPriority = 0, kGreatestPriority = -5;
 
-// Waiting on or querying a capturing stream is refused and ends the capture.
-CUresult refuse_if_capturing(Stream& s) {
-  std::lock_guard c(s.capture_mu);
-  if (s.capture.status != CU_STREAM_CAPTURE_STATUS_ACTIVE) return CUDA_SUCCESS;
-  s.capture.status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
-  return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-}
-
 CUresult stream_sync(Context* ctx, CUstream h, bool ptsz) {
   StreamPtr s;
   if (CUresult e = resolve_stream(h, ptsz, ctx, &s)) return e;
-  if (CUresult e = refuse_if_capturing(*s)) return e;
+  if (CUresult e = refuse_if_capturing(s)) return e;
   s->wait(s->submitted());
   return static_cast<CUresult>(state().sticky.load());
 }
@@ -28,7 +20,7 @@ CUresult stream_sync(Context* ctx, CUstream h, bool ptsz) {
 CUresult stream_query(Context* ctx, CUstream h, bool ptsz) {
   StreamPtr s;
   if (CUresult e = resolve_stream(h, ptsz, ctx, &s)) return e;
-  if (CUresult e = refuse_if_capturing(*s)) return e;
+  if (CUresult e = refuse_if_capturing(s)) return e;
   if (int e = state().sticky.load()) return static_cast<CUresult>(e);
   return s->reached(s->submitted()) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
@@ -39,8 +31,11 @@ CUresult wait_event(Context* ctx, CUstream h, CUevent ev, unsigned flags, bool p
   if (CUresult e = resolve_stream(h, ptsz, ctx, &s)) return e;
   Event* event = find_event(ev);
   if (!event) return CUDA_ERROR_INVALID_HANDLE;
+  auto mark = event->current();
+  CUresult captured = CUDA_SUCCESS;
+  if (capture_wait_event(s, mark.get(), &captured)) return captured;
   Work w;
-  if (auto mark = event->current(); mark && mark->seq) w.deps.push_back({mark->stream, mark->seq});
+  if (mark && mark->seq) w.deps.push_back({mark->stream, mark->seq});
   w.run = [] { return CUDA_SUCCESS; };
   return submit(s, std::move(w));
 }
@@ -50,6 +45,7 @@ CUresult host_func(Context* ctx, CUstream h, CUhostFn fn, void* data, bool ptsz)
   StreamPtr s;
   if (CUresult e = resolve_stream(h, ptsz, ctx, &s)) return e;
   Work w;
+  w.node_type = CU_GRAPH_NODE_TYPE_HOST;
   w.run = [fn, data] {
     fn(data);
     return CUDA_SUCCESS;
@@ -62,6 +58,7 @@ CUresult add_callback(Context* ctx, CUstream h, CUstreamCallback cb, void* data,
   StreamPtr s;
   if (CUresult e = resolve_stream(h, ptsz, ctx, &s)) return e;
   Work w;
+  w.node_type = CU_GRAPH_NODE_TYPE_HOST;
   w.run = [cb, data, h] {
     cb(h, CUDA_SUCCESS, data);
     return CUDA_SUCCESS;
@@ -76,37 +73,18 @@ CUresult with_stream(Context* ctx, CUstream h, bool ptsz, F&& f) {
   return f(*s);
 }
 
-CUresult begin_capture(Context* ctx, CUstream h, CUstreamCaptureMode mode, bool ptsz) {
-  if (mode != CU_STREAM_CAPTURE_MODE_GLOBAL && mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
-      mode != CU_STREAM_CAPTURE_MODE_RELAXED)
-    return CUDA_ERROR_INVALID_VALUE;
+CUresult begin_capture(Context* ctx, CUstream h, CUstreamCaptureMode mode, bool ptsz, CUgraph into = nullptr,
+                       const CUgraphNode* deps = nullptr, size_t ndeps = 0) {
   StreamPtr s;
   if (CUresult e = resolve_stream(h, ptsz, ctx, &s)) return e;
-  if (s->kind() == StreamKind::kLegacyDefault) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  static std::atomic<unsigned long long> next_id{1};
-  std::lock_guard c(s->capture_mu);
-  if (s->capture.status != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
-  s->capture.status = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-  s->capture.mode = mode;
-  s->capture.graph = std::make_shared<Graph>();
-  s->capture.id = next_id++;
-  return CUDA_SUCCESS;
+  return capture_begin(s, mode, into, deps, ndeps);
 }
 
 CUresult end_capture(Context* ctx, CUstream h, CUgraph* graph, bool ptsz) {
   if (!graph) return CUDA_ERROR_INVALID_VALUE;
   StreamPtr s;
   if (CUresult e = resolve_stream(h, ptsz, ctx, &s)) return e;
-  std::lock_guard c(s->capture_mu);
-  Stream::Capture cap = std::move(s->capture);
-  s->capture = Stream::Capture{};
-  if (cap.status == CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_ILLEGAL_STATE;
-  if (cap.status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) {
-    *graph = nullptr;
-    return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-  }
-  *graph = reinterpret_cast<CUgraph>(new_graph(std::move(cap.graph)));
-  return CUDA_SUCCESS;
+  return capture_end(s, graph);
 }
 
 }  // namespace
@@ -213,42 +191,84 @@ SIMDEV_API CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream h, CUgraph* graph) 
   return end_capture(ctx, h, graph, true);
 }
 
-namespace {
-CUstreamCaptureStatus capture_status(Stream& s) {
-  std::lock_guard c(s.capture_mu);
-  return s.capture.status;
+SIMDEV_API CUresult CUDAAPI cuStreamBeginCaptureToGraph(CUstream h, CUgraph graph, const CUgraphNode* deps,
+                                                       const CUgraphEdgeData* edges, size_t ndeps,
+                                                       CUstreamCaptureMode mode) {
+  SIMDEV_ENTER_CTX("cuStreamBeginCaptureToGraph", CUDA_ERROR_INVALID_VALUE, ctx);
+  (void)edges;  // edge data only annotates dependencies
+  if (!graph) return CUDA_ERROR_INVALID_VALUE;
+  return begin_capture(ctx, h, mode, false, graph, deps, ndeps);
 }
-}  // namespace
+SIMDEV_API CUresult CUDAAPI cuStreamBeginCaptureToGraph_ptsz(CUstream h, CUgraph graph, const CUgraphNode* deps,
+                                                            const CUgraphEdgeData* edges, size_t ndeps,
+                                                            CUstreamCaptureMode mode) {
+  SIMDEV_ENTER_CTX("cuStreamBeginCaptureToGraph", CUDA_ERROR_INVALID_VALUE, ctx);
+  (void)edges;
+  if (!graph) return CUDA_ERROR_INVALID_VALUE;
+  return begin_capture(ctx, h, mode, true, graph, deps, ndeps);
+}
 
-SIMDEV_STREAM_GETTER(cuStreamIsCapturing, "cuStreamIsCapturing", CUstreamCaptureStatus, false, capture_status(s))
-SIMDEV_STREAM_GETTER(cuStreamIsCapturing_ptsz, "cuStreamIsCapturing", CUstreamCaptureStatus, true, capture_status(s))
+SIMDEV_API CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode* mode) {
+  SIMDEV_ENTER("cuThreadExchangeStreamCaptureMode", CUDA_ERROR_INVALID_VALUE);
+  if (!mode || (*mode != CU_STREAM_CAPTURE_MODE_GLOBAL && *mode != CU_STREAM_CAPTURE_MODE_THREAD_LOCAL &&
+                *mode != CU_STREAM_CAPTURE_MODE_RELAXED))
+    return CUDA_ERROR_INVALID_VALUE;
+  *mode = exchange_thread_capture_mode(*mode);
+  return CUDA_SUCCESS;
+}
 
 namespace {
-CUresult capture_info(Context* ctx, CUstream h, bool ptsz, CUstreamCaptureStatus* status, cuuint64_t* id,
+CUresult report_capture(Context* ctx, CUstream h, bool ptsz, CUstreamCaptureStatus* status, cuuint64_t* id,
                       CUgraph* graph, const CUgraphNode** deps, const CUgraphEdgeData** edges, size_t* ndeps) {
   if (!status) return CUDA_ERROR_INVALID_VALUE;
-  return with_stream(ctx, h, ptsz, [&](Stream& s) {
-    std::lock_guard c(s.capture_mu);
-    *status = s.capture.status;
-    if (id) *id = s.capture.id;
-    if (graph) *graph = nullptr;  // node-level graph editing is not modelled
-    if (deps) *deps = nullptr;
-    if (edges) *edges = nullptr;
-    if (ndeps) *ndeps = 0;
-    return CUDA_SUCCESS;
-  });
+  StreamPtr s;
+  if (CUresult e = resolve_stream(h, ptsz, ctx, &s)) return e;
+  CaptureInfo info;
+  if (CUresult e = simdev::capture_info(s, &info)) return e;
+  *status = info.status;
+  // The rest is defined only while the capture is active.
+  if (info.status != CU_STREAM_CAPTURE_STATUS_ACTIVE) return CUDA_SUCCESS;
+  if (id) *id = info.id;
+  if (graph) *graph = info.graph;
+  if (deps) *deps = info.deps;
+  if (edges) *edges = nullptr;  // no edge carries data: the documented NULL
+  if (ndeps) *ndeps = info.ndeps;
+  return CUDA_SUCCESS;
+}
+
+CUresult is_capturing(Context* ctx, CUstream h, bool ptsz, CUstreamCaptureStatus* status) {
+  return report_capture(ctx, h, ptsz, status, nullptr, nullptr, nullptr, nullptr, nullptr);
 }
 }  // namespace
 
+SIMDEV_API CUresult CUDAAPI cuStreamIsCapturing(CUstream h, CUstreamCaptureStatus* status) {
+  SIMDEV_ENTER_CTX("cuStreamIsCapturing", CUDA_ERROR_INVALID_HANDLE, ctx);
+  return is_capturing(ctx, h, false, status);
+}
+SIMDEV_API CUresult CUDAAPI cuStreamIsCapturing_ptsz(CUstream h, CUstreamCaptureStatus* status) {
+  SIMDEV_ENTER_CTX("cuStreamIsCapturing", CUDA_ERROR_INVALID_HANDLE, ctx);
+  return is_capturing(ctx, h, true, status);
+}
+
+SIMDEV_API CUresult CUDAAPI cuStreamGetCaptureInfo_v2(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                                      CUgraph* graph, const CUgraphNode** deps, size_t* ndeps) {
+  SIMDEV_ENTER_CTX("cuStreamGetCaptureInfo_v2", CUDA_ERROR_INVALID_VALUE, ctx);
+  return report_capture(ctx, h, false, status, id, graph, deps, nullptr, ndeps);
+}
+SIMDEV_API CUresult CUDAAPI cuStreamGetCaptureInfo_v2_ptsz(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id,
+                                                           CUgraph* graph, const CUgraphNode** deps, size_t* ndeps) {
+  SIMDEV_ENTER_CTX("cuStreamGetCaptureInfo_v2", CUDA_ERROR_INVALID_VALUE, ctx);
+  return report_capture(ctx, h, true, status, id, graph, deps, nullptr, ndeps);
+}
 SIMDEV_API CUresult CUDAAPI cuStreamGetCaptureInfo_v3(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id,
                                                       CUgraph* graph, const CUgraphNode** deps,
                                                       const CUgraphEdgeData** edges, size_t* ndeps) {
   SIMDEV_ENTER_CTX("cuStreamGetCaptureInfo_v3", CUDA_ERROR_INVALID_VALUE, ctx);
-  return capture_info(ctx, h, false, status, id, graph, deps, edges, ndeps);
+  return report_capture(ctx, h, false, status, id, graph, deps, edges, ndeps);
 }
 SIMDEV_API CUresult CUDAAPI cuStreamGetCaptureInfo_v3_ptsz(CUstream h, CUstreamCaptureStatus* status, cuuint64_t* id,
                                                            CUgraph* graph, const CUgraphNode** deps,
                                                            const CUgraphEdgeData** edges, size_t* ndeps) {
   SIMDEV_ENTER_CTX("cuStreamGetCaptureInfo_v3", CUDA_ERROR_INVALID_VALUE, ctx);
-  return capture_info(ctx, h, true, status, id, graph, deps, edges, ndeps);
+  return report_capture(ctx, h, true, status, id, graph, deps, edges, ndeps);
 }

@@ -12,6 +12,8 @@ CUresult check_prop(const CUmemAllocationProp* prop) {
       return prop->location.id == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
     case CU_MEM_LOCATION_TYPE_HOST:
     case CU_MEM_LOCATION_TYPE_HOST_NUMA: {
+      // A driver without host VMM takes HOST / HOST_NUMA for no allocation.
+      if (!state().config.host_vmm) return CUDA_ERROR_INVALID_VALUE;
       // Host memory from cuMemCreate cannot be exported to other processes.
       if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE) return CUDA_ERROR_INVALID_VALUE;
       if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST) return CUDA_SUCCESS;
@@ -24,6 +26,15 @@ CUresult check_prop(const CUmemAllocationProp* prop) {
   }
 }
 
+bool on_host(const CUmemAllocationProp& prop) {
+  return prop.location.type == CU_MEM_LOCATION_TYPE_HOST || prop.location.type == CU_MEM_LOCATION_TYPE_HOST_NUMA;
+}
+
+size_t granularity_of(const CUmemAllocationProp& prop) {
+  uint64_t host = state().config.host_vmm_granularity;
+  return on_host(prop) && host ? host : kGranularity;
+}
+
 }  // namespace
 
 SIMDEV_API CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* granularity, const CUmemAllocationProp* prop,
@@ -33,7 +44,7 @@ SIMDEV_API CUresult CUDAAPI cuMemGetAllocationGranularity(size_t* granularity, c
   if (option != CU_MEM_ALLOC_GRANULARITY_MINIMUM && option != CU_MEM_ALLOC_GRANULARITY_RECOMMENDED)
     return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = check_prop(prop)) return e;
-  *granularity = kGranularity;
+  *granularity = granularity_of(*prop);
   return CUDA_SUCCESS;
 }
 
@@ -57,6 +68,7 @@ SIMDEV_API CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle* handle, si
   SIMDEV_ENTER("cuMemCreate", CUDA_ERROR_OUT_OF_MEMORY);
   if (!handle || flags != 0) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = check_prop(prop)) return e;
+  if (size % granularity_of(*prop) != 0) return CUDA_ERROR_INVALID_VALUE;
   return state().memory.create(size, *prop, handle);
 }
 
@@ -69,6 +81,12 @@ SIMDEV_API CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset
                                      CUmemGenericAllocationHandle handle, unsigned long long flags) {
   SIMDEV_ENTER("cuMemMap", CUDA_ERROR_OUT_OF_MEMORY);
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  // Address, size and offset are multiples of the handle's own granularity.
+  CUmemAllocationProp prop{};
+  if (state().memory.properties(handle, &prop) == CUDA_SUCCESS) {
+    size_t g = granularity_of(prop);
+    if (ptr % g || size % g || offset % g) return CUDA_ERROR_INVALID_VALUE;
+  }
   return state().memory.map(ptr, size, offset, handle);
 }
 

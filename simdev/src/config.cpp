@@ -139,6 +139,18 @@ Config load_config_from_env() {
       note_error(cfg, "SIMDEV_ATTRS", v, "a list like \"145:0,141:invalid\" (attribute:value or attribute:invalid)");
   }
   if (const char* v = env("SIMDEV_FAIL")) cfg.fail_spec = v;
+  if (const char* v = env("SIMDEV_HOST_VMM")) {
+    std::string t = v;
+    if (t == "0" || t == "1") cfg.host_vmm = t == "1";
+    else note_error(cfg, "SIMDEV_HOST_VMM", v, "0 (no host VMM) or 1");
+  }
+  if (const char* v = env("SIMDEV_HOST_VMM_GRANULARITY")) {
+    // Host mappings share the device's address space, so their granularity
+    // is a power-of-two multiple of the device's.
+    auto b = parse_bytes(v);
+    if (b && *b >= kGranularity && (*b & (*b - 1)) == 0) cfg.host_vmm_granularity = *b;
+    else note_error(cfg, "SIMDEV_HOST_VMM_GRANULARITY", v, "a power of two of at least 2MiB such as 2MiB or 1GiB");
+  }
   return cfg;
 }
 

@@ -24,6 +24,8 @@ struct Config {
   int host_numa_id = 0;                       // SIMDEV_HOST_NUMA_ID
   std::map<int, AttributeOverride> attributes;  // SIMDEV_ATTRS="145:0,141:invalid"
   std::string fail_spec;                        // SIMDEV_FAIL, applied by faults.cpp
+  bool host_vmm = true;                         // SIMDEV_HOST_VMM: HOST/HOST_NUMA cuMemCreate offered
+  uint64_t host_vmm_granularity = 0;            // SIMDEV_HOST_VMM_GRANULARITY (0: the device's)
   std::string error;  // non-empty: a variable was malformed; cuInit refuses
 };
 

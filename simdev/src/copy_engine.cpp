@@ -6,9 +6,13 @@
 namespace simdev {
 
 void CopyEngine::transfer(void* dst, const void* src, size_t bytes) {
+  occupy(bytes, [&] { std::memmove(dst, src, bytes); });
+}
+
+void CopyEngine::occupy(size_t bytes, const std::function<void()>& move) {
   if (bytes_per_ns_ <= 0) {
     std::lock_guard lock(mu_);
-    std::memmove(dst, src, bytes);
+    move();
     return;
   }
   // Book the engine's next free slot, then move the bytes and hold the
@@ -20,7 +24,7 @@ void CopyEngine::transfer(void* dst, const void* src, size_t bytes) {
     end = start + std::chrono::nanoseconds(static_cast<long long>(bytes / bytes_per_ns_));
     busy_until_ = end;
   }
-  std::memmove(dst, src, bytes);
+  move();
   // The OS oversleeps by tens of microseconds: sleep for the bulk of the
   // wait, then yield the rest away, so short modeled copies stay short.
   constexpr auto kSpin = std::chrono::microseconds(200);

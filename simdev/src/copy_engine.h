@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <mutex>
 
 namespace simdev {
@@ -13,6 +14,8 @@ class CopyEngine {
  public:
   void set_bandwidth(double bytes_per_ns) { bytes_per_ns_ = bytes_per_ns; }
   void transfer(void* dst, const void* src, size_t bytes);
+  // Runs `move` (which writes `bytes` bytes across the link) on the engine.
+  void occupy(size_t bytes, const std::function<void()>& move);
 
  private:
   using Clock = std::chrono::steady_clock;

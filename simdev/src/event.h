@@ -14,6 +14,10 @@ struct EventMark {
   StreamPtr stream;
   uint64_t seq = 0;                // 0: recorded during capture (nothing to wait for)
   std::atomic<long long> ns{-1};   // steady-clock time the stream reached it
+  // Recorded into a capturing stream: the sequence, and the nodes a stream
+  // that waits on the event comes to depend on (guarded by graph_mutex()).
+  std::shared_ptr<CaptureSequence> capture;
+  std::vector<size_t> nodes;
 };
 
 struct Event {

@@ -4,6 +4,7 @@
 #include <map>
 #include <unordered_map>
 
+#include "capture.h"
 #include "state.h"
 
 namespace simdev {
@@ -170,49 +171,27 @@ CUresult destroy_stream(CUstream h) {
   return CUDA_SUCCESS;
 }
 
-bool global_capture_active() {
+std::vector<StreamPtr> live_streams(Context* ctx) {
+  std::vector<StreamPtr> out;
   std::lock_guard lock(registry().mu);
-  for (auto& [p, s] : registry().live) {
-    std::lock_guard c(s->capture_mu);
-    if (s->capture.status == CU_STREAM_CAPTURE_STATUS_ACTIVE && s->capture.mode == CU_STREAM_CAPTURE_MODE_GLOBAL)
-      return true;
-  }
-  return false;
-}
-
-void invalidate_global_captures() {
-  std::lock_guard lock(registry().mu);
-  for (auto& [p, s] : registry().live) {
-    std::lock_guard c(s->capture_mu);
-    if (s->capture.status == CU_STREAM_CAPTURE_STATUS_ACTIVE && s->capture.mode == CU_STREAM_CAPTURE_MODE_GLOBAL)
-      s->capture.status = CU_STREAM_CAPTURE_STATUS_INVALIDATED;
-  }
+  for (auto& [p, s] : registry().live)
+    if (!ctx || s->context() == ctx) out.push_back(s);
+  return out;
 }
 
 CUresult submit(const StreamPtr& s, Work w, uint64_t* seq) {
-  {
-    std::lock_guard c(s->capture_mu);
-    if (s->capture.status == CU_STREAM_CAPTURE_STATUS_ACTIVE) {
-      w.deps.clear();
-      s->capture.graph->work.push_back(std::move(w));
-      if (seq) *seq = 0;
-      return CUDA_SUCCESS;
-    }
-    if (s->capture.status == CU_STREAM_CAPTURE_STATUS_INVALIDATED) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+  CUresult captured = CUDA_SUCCESS;
+  if (capture_work(s, w, &captured)) {
+    if (seq) *seq = 0;
+    return captured;
   }
-  if (s->kind() == StreamKind::kLegacyDefault && global_capture_active()) {
-    invalidate_global_captures();
-    return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+  if (s->kind() == StreamKind::kLegacyDefault) {
+    if (CUresult e = refuse_legacy_during_capture(s->context())) return e;
   }
   // The legacy NULL stream waits for all blocking streams and they wait for it.
   if (s->kind() == StreamKind::kLegacyDefault) {
-    std::vector<StreamPtr> others;
-    {
-      std::lock_guard lock(registry().mu);
-      for (auto& [p, t] : registry().live)
-        if (t != s && t->context() == s->context() && t->blocking()) others.push_back(t);
-    }
-    for (auto& t : others) w.deps.push_back({t, t->submitted()});
+    for (auto& t : live_streams(s->context()))
+      if (t != s && t->blocking()) w.deps.push_back({t, t->submitted()});
   } else if (s->blocking()) {
     StreamPtr legacy = legacy_stream(s->context());
     w.deps.push_back({legacy, legacy->submitted()});
@@ -223,13 +202,7 @@ CUresult submit(const StreamPtr& s, Work w, uint64_t* seq) {
 }
 
 CUresult synchronize_context(Context* ctx) {
-  std::vector<std::pair<StreamPtr, uint64_t>> marks;
-  {
-    std::lock_guard lock(registry().mu);
-    for (auto& [p, s] : registry().live)
-      if (!ctx || s->context() == ctx) marks.emplace_back(s, 0);
-  }
-  for (auto& [s, seq] : marks) s->wait(s->submitted());
+  for (auto& s : live_streams(ctx)) s->wait(s->submitted());
   return static_cast<CUresult>(state().sticky.load());
 }
 

@@ -36,17 +36,19 @@ struct Work {
   std::function<CUresult()> run;  // executed on the worker; an error poisons the context
   std::vector<Dependency> deps;
   std::shared_ptr<const KernelRecord> kernel;  // set for kernel launches
+  // What the work becomes when a capturing stream records it into a graph.
+  CUgraphNodeType node_type = CU_GRAPH_NODE_TYPE_EMPTY;
 };
 
-struct Graph {
-  std::vector<Work> work;  // in capture order; replayed in order
-};
+struct CaptureSequence;
 
-// What a CUgraph handle points at (api_graph.cpp).
-struct GraphHandle {
-  std::shared_ptr<Graph> graph;
+// A stream's part in a capture sequence (guarded by graph_mutex()): the
+// sequence it belongs to and the nodes its next captured work depends on.
+struct StreamCapture {
+  std::shared_ptr<CaptureSequence> sequence;
+  std::vector<size_t> frontier;
+  std::vector<CUgraphNode> reported;  // what cuStreamGetCaptureInfo last handed out
 };
-GraphHandle* new_graph(std::shared_ptr<Graph> g);
 
 enum class StreamKind { kCreated, kLegacyDefault, kPerThreadDefault };
 
@@ -71,16 +73,7 @@ class Stream : public std::enable_shared_from_this<Stream> {
   void drain_and_stop();
   bool stopping();
 
-  // Stream capture (one capturing stream; fork/join across streams through
-  // events is not modelled).
-  struct Capture {
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-    std::shared_ptr<Graph> graph;
-    unsigned long long id = 0;
-  };
-  std::mutex capture_mu;
-  Capture capture;
+  StreamCapture capture;  // guarded by graph_mutex()
 
  private:
   Stream(Context* ctx, StreamKind kind, unsigned flags, int priority);
@@ -109,13 +102,12 @@ CUresult create_stream(Context* ctx, unsigned flags, int priority, CUstream* out
 CUresult destroy_stream(CUstream h);
 
 // Adds the dependencies the legacy default stream implies, then enqueues (or
-// records into a graph, when the stream is capturing).
+// records into a graph, when the stream is capturing: capture.h).
 CUresult submit(const StreamPtr& s, Work w, uint64_t* seq = nullptr);
 
 // Waits for everything enqueued so far on every stream of `ctx` (all when null).
 CUresult synchronize_context(Context* ctx);
-// Any stream capturing in global mode (then legacy-stream work is refused).
-bool global_capture_active();
-void invalidate_global_captures();
+// The live streams of `ctx` (all when null).
+std::vector<StreamPtr> live_streams(Context* ctx);
 
 }  // namespace simdev

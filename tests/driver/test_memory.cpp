@@ -3,7 +3,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "contract.h"
@@ -261,4 +263,74 @@ TEST_F(DriverTest, PointerAttributeOfUnknownPointer) {
   void* data[] = {&type};
   ASSERT_CU(cuPointerGetAttributes(1, &attr, data, reinterpret_cast<CUdeviceptr>(&on_stack)));
   EXPECT_EQ(0u, type);
+}
+
+// cuMemFree of memory not allocated stream-ordered may synchronise: work
+// still using it finishes first, so memory handed out again afterwards
+// cannot change what that work sees.
+TEST_F(DriverTest, MemFreeLetsWorkStillUsingTheMemoryFinishFirst) {
+  const size_t bytes = 1 << 20;
+  Stream reader, writer;
+  ASSERT_CU(reader.status());
+  ASSERT_CU(writer.status());
+  DeviceBuffer out(bytes);
+  ASSERT_CU(out.status());
+  CUdeviceptr x = 0;
+  ASSERT_CU(cuMemAlloc(&x, bytes));
+  ASSERT_CU(cuMemsetD8(x, 0x5a, bytes));
+  ASSERT_CU(cuCtxSynchronize());
+  contract::Gate gate;
+  ASSERT_CU(gate.enqueue(reader));
+  ASSERT_CU(contract::copy_bytes(kernels(), reader, out.ptr(), x, bytes));
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    gate.open();
+  });
+  ASSERT_CU(cuMemFree(x));
+  CUdeviceptr y = 0;
+  ASSERT_CU(cuMemAlloc(&y, bytes));
+  ASSERT_CU(cuMemsetD8Async(y, 0xee, bytes, writer));
+  ASSERT_CU(cuStreamSynchronize(writer));
+  ASSERT_CU(cuStreamSynchronize(reader));
+  opener.join();
+  EXPECT_FALSE(gate.timed_out());
+  std::vector<unsigned char> got(bytes);
+  ASSERT_CU(cuMemcpyDtoH(got.data(), out.ptr(), bytes));
+  EXPECT_EQ(std::vector<unsigned char>(bytes, 0x5a), got);
+  EXPECT_CU(cuMemFree(y));
+}
+
+// cuMemFreeAsync frees at its point in the stream: an allocation on another
+// stream made before that point is reached never shares the memory with
+// work still using it.
+TEST_F(DriverTest, MemFreeAsyncReturnsTheMemoryAtItsPointInTheStream) {
+  const size_t bytes = 1 << 20;
+  Stream reader, writer;
+  ASSERT_CU(reader.status());
+  ASSERT_CU(writer.status());
+  DeviceBuffer out(bytes);
+  ASSERT_CU(out.status());
+  CUdeviceptr x = 0;
+  ASSERT_CU(cuMemAllocAsync(&x, bytes, reader));
+  ASSERT_CU(cuMemsetD8Async(x, 0x5a, bytes, reader));
+  ASSERT_CU(cuStreamSynchronize(reader));
+  contract::Gate gate;
+  ASSERT_CU(gate.enqueue(reader));
+  ASSERT_CU(contract::copy_bytes(kernels(), reader, out.ptr(), x, bytes));
+  ASSERT_CU(cuMemFreeAsync(x, reader));  // returns at once: the stream has not got there
+  CUdeviceptr y = 0;
+  ASSERT_CU(cuMemAllocAsync(&y, bytes, writer));
+  ASSERT_CU(cuMemsetD8Async(y, 0xee, bytes, writer));
+  gate.open();
+  ASSERT_CU(cuStreamSynchronize(writer));
+  ASSERT_CU(cuStreamSynchronize(reader));
+  EXPECT_FALSE(gate.timed_out());
+  std::vector<unsigned char> got(bytes);
+  ASSERT_CU(cuMemcpyDtoH(got.data(), out.ptr(), bytes));
+  EXPECT_EQ(std::vector<unsigned char>(bytes, 0x5a), got);
+  std::vector<unsigned char> mine(bytes);
+  ASSERT_CU(cuMemcpyDtoH(mine.data(), y, bytes));
+  EXPECT_EQ(std::vector<unsigned char>(bytes, 0xee), mine);
+  ASSERT_CU(cuMemFreeAsync(y, writer));
+  ASSERT_CU(cuStreamSynchronize(writer));
 }

@@ -612,3 +612,32 @@ TEST_F(VmmTest, MemsetOnUnmappedVaIsIllegalAddress) {
     return expect_illegal_and_sticky(r, "memset on an unmapped VA");
   });
 }
+
+// A driver that does not advertise host VMM takes no HOST / HOST_NUMA
+// physical allocation; one that does takes them at its reported granularity.
+TEST_F(VmmTest, HostLocationsAreAcceptedExactlyWhereAdvertised) {
+  const struct {
+    CUmemLocationType type;
+    bool advertised;
+  } locations[] = {{CU_MEM_LOCATION_TYPE_HOST, host_vmm()},
+                   {CU_MEM_LOCATION_TYPE_HOST_NUMA, host_numa_vmm()}};
+  for (const auto& l : locations) {
+    CUmemAllocationProp p = prop_for(l.type, l.type == CU_MEM_LOCATION_TYPE_HOST ? 0 : numa_node());
+    size_t g = 0;
+    CUresult gr = cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (!l.advertised) {
+      CUmemGenericAllocationHandle h = 0;
+      EXPECT_NE(CUDA_SUCCESS, cuMemCreate(&h, gran_, &p, 0)) << "location type " << l.type;
+      continue;
+    }
+    ASSERT_CU(gr);
+    ASSERT_GT(g, 0u);
+    Physical h(g, p);
+    EXPECT_CU(h.status());
+    if (g > 4096) {
+      // Not a multiple of the location's own granularity.
+      Physical odd(g + g / 2, p);
+      EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, odd.status());
+    }
+  }
+}

@@ -137,6 +137,85 @@ TEST_F(SimdevModeledCopy, Env_H2DAndD2HOverlap) {
   EXPECT_LT(ms, 0.85 * both) << "H2D and D2H did not overlap";
 }
 
+// Device memory backed by a HOST handle: every byte written there crosses the link.
+class HostBackedRange {
+ public:
+  explicit HostBackedRange(size_t bytes) : bytes_(bytes) {
+    CUmemAllocationProp p{};
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = CU_MEM_LOCATION_TYPE_HOST;
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = 0;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    status_ = cuMemAddressReserve(&va_, bytes, 0, 0, 0);
+    if (status_ == CUDA_SUCCESS) status_ = cuMemCreate(&handle_, bytes, &p, 0);
+    if (status_ == CUDA_SUCCESS) status_ = cuMemMap(va_, bytes, 0, handle_, 0);
+    if (status_ == CUDA_SUCCESS) status_ = cuMemSetAccess(va_, bytes, &access, 1);
+  }
+  ~HostBackedRange() {
+    if (va_) cuMemUnmap(va_, bytes_);
+    if (handle_) cuMemRelease(handle_);
+    if (va_) cuMemAddressFree(va_, bytes_);
+  }
+  CUresult status() const { return status_; }
+  CUdeviceptr ptr() const { return va_; }
+
+ private:
+  size_t bytes_;
+  CUdeviceptr va_ = 0;
+  CUmemGenericAllocationHandle handle_ = 0;
+  CUresult status_ = CUDA_ERROR_NOT_INITIALIZED;
+};
+
+TEST_F(SimdevModeledCopy, Env_DeviceToDeviceCopiesIntoHostBackedMemoryTakeTheLinkTime) {
+  const size_t bytes = 32 * kMiB;
+  DeviceBuffer d(bytes);
+  HostBackedRange host(bytes);
+  Stream s;
+  for (CUresult r : {d.status(), host.status(), s.status()}) ASSERT_CU(r);
+  auto copy = [&] { return cuMemcpyDtoDAsync(host.ptr(), d.ptr(), bytes, s); };
+  warm_up(copy, {s});
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_CU(copy());
+  ASSERT_CU(cuStreamSynchronize(s));
+  EXPECT_GE(wall_ms_since(t0), 0.9 * modeled_ms(bytes, d2h_));
+  // Back to the device: the other direction of the link.
+  t0 = std::chrono::steady_clock::now();
+  ASSERT_CU(cuMemcpyDtoDAsync(d.ptr(), host.ptr(), bytes, s));
+  ASSERT_CU(cuStreamSynchronize(s));
+  EXPECT_GE(wall_ms_since(t0), 0.9 * modeled_ms(bytes, h2d_));
+}
+
+TEST_F(SimdevModeledCopy, Env_DeviceToDeviceCopyIntoPinnedHostBackedPointerTakesTheLinkTime) {
+  const size_t bytes = 32 * kMiB;
+  DeviceBuffer d(bytes);
+  PinnedBuffer pinned(bytes, CU_MEMHOSTALLOC_DEVICEMAP);
+  Stream s;
+  for (CUresult r : {d.status(), pinned.status(), s.status()}) ASSERT_CU(r);
+  CUdeviceptr mapped = 0;
+  ASSERT_CU(cuMemHostGetDevicePointer(&mapped, pinned.get(), 0));
+  auto copy = [&] { return cuMemcpyDtoDAsync(mapped, d.ptr(), bytes, s); };
+  warm_up(copy, {s});
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_CU(copy());
+  ASSERT_CU(cuStreamSynchronize(s));
+  EXPECT_GE(wall_ms_since(t0), 0.9 * modeled_ms(bytes, d2h_));
+}
+
+TEST_F(SimdevModeledCopy, Env_MemsetOfHostBackedMemoryTakesTheLinkTime) {
+  const size_t bytes = 32 * kMiB;
+  HostBackedRange host(bytes);
+  Stream s;
+  for (CUresult r : {host.status(), s.status()}) ASSERT_CU(r);
+  auto set = [&] { return cuMemsetD32Async(host.ptr(), 3u, bytes / 4, s); };
+  warm_up(set, {s});
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_CU(set());
+  ASSERT_CU(cuStreamSynchronize(s));
+  EXPECT_GE(wall_ms_since(t0), 0.9 * modeled_ms(bytes, d2h_));
+}
+
 TEST_F(SimdevModeledCopy, Env_SameStreamCopiesDoNotOverlap) {
   const size_t bytes = 32 * kMiB;
   PinnedBuffer h1(bytes), h2(bytes);
