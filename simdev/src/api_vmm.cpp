@@ -81,11 +81,15 @@ SIMDEV_API CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset
                                      CUmemGenericAllocationHandle handle, unsigned long long flags) {
   SIMDEV_ENTER("cuMemMap", CUDA_ERROR_OUT_OF_MEMORY);
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
-  // Address, size and offset are multiples of the handle's own granularity.
+  // The reference allows an offset into the handle that is a multiple of the
+  // granularity, but NVIDIA's driver (580, H200) refuses any offset, and an
+  // address or size off the granularity, with NOT_SUPPORTED: simdev refuses
+  // what the driver refuses.
+  if (offset != 0) return CUDA_ERROR_NOT_SUPPORTED;
   CUmemAllocationProp prop{};
   if (state().memory.properties(handle, &prop) == CUDA_SUCCESS) {
     size_t g = granularity_of(prop);
-    if (ptr % g || size % g || offset % g) return CUDA_ERROR_INVALID_VALUE;
+    if (ptr % g || size % g) return CUDA_ERROR_NOT_SUPPORTED;
   }
   return state().memory.map(ptr, size, offset, handle);
 }
@@ -116,5 +120,13 @@ SIMDEV_API CUresult CUDAAPI cuMemGetAllocationPropertiesFromHandle(CUmemAllocati
                                                                    CUmemGenericAllocationHandle handle) {
   SIMDEV_ENTER("cuMemGetAllocationPropertiesFromHandle", CUDA_ERROR_INVALID_VALUE);
   if (!prop) return CUDA_ERROR_INVALID_VALUE;
-  return state().memory.properties(handle, prop);
+  if (CUresult e = state().memory.properties(handle, prop)) return e;
+  // Host memory is always on some NUMA node: NVIDIA's driver (580, H200)
+  // reports a handle created for HOST as HOST_NUMA on its node.
+  if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST) {
+    int node = state().config.host_numa_id;
+    prop->location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    prop->location.id = node < 0 ? 0 : node;
+  }
+  return CUDA_SUCCESS;
 }

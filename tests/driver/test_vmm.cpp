@@ -221,17 +221,19 @@ TEST_F(VmmTest, HandleMayBeReleasedWhileMapped) {
   ASSERT_CU(cuMemUnmap(r.va(), size));
 }
 
-TEST_F(VmmTest, UnalignedMapArgumentsAreInvalidValue) {
+// Read on NVIDIA's driver 580 (H200): NOT_SUPPORTED, where the reference
+// would suggest INVALID_VALUE.
+TEST_F(VmmTest, UnalignedMapArgumentsAreNotSupported) {
   const size_t size = 2 * gran_;
   Reservation r(size, gran_);
   ASSERT_CU(r.status());
   Physical h(size, dev_prop_);
   ASSERT_CU(h.status());
-  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemMap(r.va() + 4096, gran_, 0, h.get(), 0));
-  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemMap(r.va(), gran_, 4096, h.get(), 0));
-  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemMap(r.va(), gran_ + 4096, 0, h.get(), 0));
+  EXPECT_EQ(CUDA_ERROR_NOT_SUPPORTED, cuMemMap(r.va() + 4096, gran_, 0, h.get(), 0));
+  EXPECT_EQ(CUDA_ERROR_NOT_SUPPORTED, cuMemMap(r.va(), gran_, 4096, h.get(), 0));
+  EXPECT_EQ(CUDA_ERROR_NOT_SUPPORTED, cuMemMap(r.va(), gran_ + 4096, 0, h.get(), 0));
   // offset + size beyond the handle
-  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuMemMap(r.va(), size, gran_, h.get(), 0));
+  EXPECT_EQ(CUDA_ERROR_NOT_SUPPORTED, cuMemMap(r.va(), size, gran_, h.get(), 0));
   // The range is still free after the failures.
   ASSERT_CU(cuMemMap(r.va(), size, 0, h.get(), 0));
   CUmemAccessDesc acc = device_rw(device());
@@ -277,28 +279,17 @@ TEST_F(VmmTest, MappingAnAlreadyMappedRangeFails) {
   ASSERT_CU(cuMemUnmap(r.va(), gran_));
 }
 
-TEST_F(VmmTest, MapPartsOfOneHandleAtTwoPlaces) {
+// The reference describes an offset into the handle; NVIDIA's driver 580
+// (H200) refuses any offset other than 0, aligned or not. tierrt maps whole
+// handles only.
+TEST_F(VmmTest, MapWithAnOffsetIntoTheHandleIsNotSupported) {
   Reservation r(2 * gran_, gran_);
   ASSERT_CU(r.status());
   Physical h(2 * gran_, dev_prop_);
   ASSERT_CU(h.status());
-  // Second half of the handle at the start of the range and vice versa.
-  ASSERT_CU(cuMemMap(r.va(), gran_, gran_, h.get(), 0));
-  ASSERT_CU(cuMemMap(r.va() + gran_, gran_, 0, h.get(), 0));
-  CUmemAccessDesc acc = device_rw(device());
-  ASSERT_CU(cuMemSetAccess(r.va(), 2 * gran_, &acc, 1));
-  ASSERT_CU(cuMemsetD32(r.va(), 1u, gran_ / 4));
-  ASSERT_CU(cuMemsetD32(r.va() + gran_, 2u, gran_ / 4));
-  // Memsets are asynchronous and cuMemUnmap does not wait for them.
-  ASSERT_CU(cuCtxSynchronize());
-  ASSERT_CU(cuMemUnmap(r.va(), 2 * gran_));
-  // Map it the natural way round: the halves have swapped.
-  ASSERT_CU(map_rw(r.va(), 2 * gran_, h));
-  uint32_t first = 0, second = 0;
-  ASSERT_CU(cuMemcpyDtoH(&first, r.va(), 4));
-  ASSERT_CU(cuMemcpyDtoH(&second, r.va() + gran_, 4));
-  EXPECT_EQ(2u, first);
-  EXPECT_EQ(1u, second);
+  EXPECT_EQ(CUDA_ERROR_NOT_SUPPORTED, cuMemMap(r.va(), gran_, gran_, h.get(), 0));
+  // The range is still free: the whole handle maps there.
+  ASSERT_CU(cuMemMap(r.va(), 2 * gran_, 0, h.get(), 0));
   ASSERT_CU(cuMemUnmap(r.va(), 2 * gran_));
 }
 
@@ -330,7 +321,8 @@ TEST_F(VmmTest, HostHandleIsUsableByKernelsAndCopies) {
   CUmemAllocationProp got;
   std::memset(&got, 0, sizeof got);
   ASSERT_CU(cuMemGetAllocationPropertiesFromHandle(&got, h.get()));
-  EXPECT_EQ(CU_MEM_LOCATION_TYPE_HOST, got.location.type);
+  // Read on NVIDIA's driver 580 (H200): a HOST handle reports its NUMA node.
+  EXPECT_EQ(CU_MEM_LOCATION_TYPE_HOST_NUMA, got.location.type);
   ASSERT_CU(map_rw(r.va(), g, h));
   const auto words = word_pattern(g / 4);
   ASSERT_CU(cuMemcpyHtoD(r.va(), words.data(), g));
