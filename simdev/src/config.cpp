@@ -139,6 +139,19 @@ Config load_config_from_env() {
       note_error(cfg, "SIMDEV_ATTRS", v, "a list like \"145:0,141:invalid\" (attribute:value or attribute:invalid)");
   }
   if (const char* v = env("SIMDEV_FAIL")) cfg.fail_spec = v;
+  cfg.driver_version = CUDA_VERSION;
+  if (const char* v = env("SIMDEV_DRIVER_VERSION")) {
+    // 1000 * major + 10 * minor; cuGetProcAddress (11.3) is the oldest entry
+    // point programs find the driver through, and simdev cannot be newer
+    // than the ABI it was built against.
+    auto ver = parse_int(v);
+    if (ver && *ver >= 11030 && *ver <= CUDA_VERSION && *ver % 10 == 0) cfg.driver_version = *ver;
+    else
+      note_error(cfg, "SIMDEV_DRIVER_VERSION", v,
+                 ("a CUDA version written as 1000*major+10*minor, from 11030 to " + std::to_string(CUDA_VERSION) +
+                  ", such as 12030")
+                     .c_str());
+  }
   return cfg;
 }
 

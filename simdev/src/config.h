@@ -24,6 +24,7 @@ struct Config {
   int host_numa_id = 0;                       // SIMDEV_HOST_NUMA_ID
   std::map<int, AttributeOverride> attributes;  // SIMDEV_ATTRS="145:0,141:invalid"
   std::string fail_spec;                        // SIMDEV_FAIL, applied by faults.cpp
+  int driver_version = 0;  // SIMDEV_DRIVER_VERSION; the toolkit's CUDA_VERSION unless set
   std::string error;  // non-empty: a variable was malformed; cuInit refuses
 };
 
