@@ -39,7 +39,8 @@ struct Kernels {
   CUfunction sum_u32 = nullptr;      // (const u32* p, u64 n, u64* acc)
   // (u32* const* table, u64 count, u32 value, u64 n): through a device-side table
   CUfunction fill_table_u32 = nullptr;
-  // (volatile u32* flags, u32* p, u32 value, u64 n): waits for flags[0]; launch 1 block
+  // (volatile u32* flags, u32* p, u32 value, u64 n): sets flags[1], waits for
+  // flags[0] (flags[2] = 1 when it gave up after ~10 s), fills p; launch 1 block
   CUfunction wait_then_fill_u32 = nullptr;
 };
 

@@ -43,7 +43,8 @@ extern "C" __global__ void contract_fill_table_u32(unsigned int* const* table, u
 
 // Announces that it runs (flags[1] = 1), waits until flags[0] is non-zero
 // (or about ten seconds pass, so that a driver that waits for the kernel
-// before unmapping cannot hang the test), then fills n words at p.
+// before unmapping cannot hang the test; then it sets flags[2] = 1), then
+// fills n words at p.
 extern "C" __global__ void contract_wait_then_fill_u32(volatile unsigned int* flags, unsigned int* p,
                                                        unsigned int value, unsigned long long n) {
   if (blockIdx.x == 0 && threadIdx.x == 0) {
@@ -52,6 +53,7 @@ extern "C" __global__ void contract_wait_then_fill_u32(volatile unsigned int* fl
     long long start = clock64();
     while (flags[0] == 0 && clock64() - start < 20000000000LL) {
     }
+    if (flags[0] == 0) flags[2] = 1;
   }
   __syncthreads();
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;

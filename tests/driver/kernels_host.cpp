@@ -67,6 +67,7 @@ void wait_then_fill_u32_host(const simdev_launch* l) {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   while (__atomic_load_n(&flags[0], __ATOMIC_ACQUIRE) == 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::microseconds(100));
+  if (__atomic_load_n(&flags[0], __ATOMIC_ACQUIRE) == 0) __atomic_store_n(&flags[2], 1u, __ATOMIC_RELEASE);
   for (uint64_t i = 0; i < n; ++i) p[i] = value;
 }
 

@@ -265,8 +265,8 @@ $L__BB4_6:
 	.param .u64 contract_wait_then_fill_u32_param_3
 )
 {
-	.reg .pred 	%p<6>;
-	.reg .b32 	%r<9>;
+	.reg .pred 	%p<7>;
+	.reg .b32 	%r<11>;
 	.reg .b64 	%rd<21>;
 
 
@@ -278,7 +278,7 @@ $L__BB4_6:
 	mov.u32 	%r2, %ctaid.x;
 	or.b32  	%r4, %r2, %r1;
 	setp.ne.s32 	%p1, %r4, 0;
-	@%p1 bra 	$L__BB5_4;
+	@%p1 bra 	$L__BB5_6;
 
 	cvta.to.global.u64 	%rd1, %rd9;
 	mov.u32 	%r5, 1;
@@ -301,29 +301,37 @@ $L__BB5_2:
 	@%p3 bra 	$L__BB5_2;
 
 $L__BB5_4:
+	ld.volatile.global.u32 	%r7, [%rd1];
+	setp.ne.s32 	%p4, %r7, 0;
+	@%p4 bra 	$L__BB5_6;
+
+	mov.u32 	%r8, 1;
+	st.volatile.global.u32 	[%rd1+8], %r8;
+
+$L__BB5_6:
 	bar.sync 	0;
-	mov.u32 	%r7, %ntid.x;
-	cvt.u64.u32 	%rd3, %r7;
-	mul.wide.u32 	%rd15, %r2, %r7;
+	mov.u32 	%r9, %ntid.x;
+	cvt.u64.u32 	%rd3, %r9;
+	mul.wide.u32 	%rd15, %r2, %r9;
 	cvt.u64.u32 	%rd16, %r1;
 	add.s64 	%rd20, %rd15, %rd16;
-	setp.ge.u64 	%p4, %rd20, %rd11;
-	@%p4 bra 	$L__BB5_7;
+	setp.ge.u64 	%p5, %rd20, %rd11;
+	@%p5 bra 	$L__BB5_9;
 
-	mov.u32 	%r8, %nctaid.x;
-	cvt.u64.u32 	%rd17, %r8;
+	mov.u32 	%r10, %nctaid.x;
+	cvt.u64.u32 	%rd17, %r10;
 	mul.lo.s64 	%rd5, %rd17, %rd3;
 	cvta.to.global.u64 	%rd6, %rd10;
 
-$L__BB5_6:
+$L__BB5_8:
 	shl.b64 	%rd18, %rd20, 2;
 	add.s64 	%rd19, %rd6, %rd18;
 	st.global.u32 	[%rd19], %r3;
 	add.s64 	%rd20, %rd20, %rd5;
-	setp.lt.u64 	%p5, %rd20, %rd11;
-	@%p5 bra 	$L__BB5_6;
+	setp.lt.u64 	%p6, %rd20, %rd11;
+	@%p6 bra 	$L__BB5_8;
 
-$L__BB5_7:
+$L__BB5_9:
 	ret;
 
 }
