@@ -5,13 +5,13 @@
 #include <cstring>
 #include <mutex>
 
+#include "proc_table.h"
 #include "state.h"
 
 using namespace simdev;
 
 namespace {
 
-constexpr int kDriverVersion = CUDA_VERSION;  // the toolkit simdev was built against
 constexpr const char* kDeviceName = "simdev (simulated H200-class device)";
 
 CUresult initialize() {
@@ -46,7 +46,7 @@ SIMDEV_API CUresult CUDAAPI cuInit(unsigned int flags) {
 
 SIMDEV_API CUresult CUDAAPI cuDriverGetVersion(int* version) {
   if (!version) return CUDA_ERROR_INVALID_VALUE;
-  *version = kDriverVersion;
+  *version = driver_version();  // the toolkit's CUDA_VERSION, or SIMDEV_DRIVER_VERSION
   return CUDA_SUCCESS;
 }
 

@@ -1,70 +1,31 @@
 // Modules, libraries and kernels: names resolve against the host-kernel
 // registry, whatever image was loaded; launches run the host kernel on the
-// stream's worker after checking every pointer-sized parameter word.
+// stream's worker. Parameter words are never inspected: a kernel faults only
+// when it actually touches device memory that is not mapped.
 #include <chrono>
 #include <cstring>
-#include <mutex>
 #include <thread>
-#include <unordered_set>
 
+#include "code_handles.h"
+#include "kernel_fault_guard.h"
 #include "kernel_registry.h"
+#include "proc_table.h"
 #include "state.h"
 #include "stream.h"
 
 using namespace simdev;
 
+// An entry point an older driver (SIMDEV_DRIVER_VERSION) lacks answers as if
+// it could not be found, for callers that bound it before the version was
+// lowered.
+#define SIMDEV_REQUIRE_SYMBOL(symbol) \
+  if (newer_than_driver(symbol)) return CUDA_ERROR_NOT_FOUND
+
 namespace {
 
-struct Module {};
-struct Library {};
-
-struct Loaded {
-  std::mutex mu;
-  std::unordered_set<const void*> modules, libraries;
-};
-
-Loaded& loaded() {
-  static Loaded* l = new Loaded;
-  return *l;
-}
-
-template <typename T>
-CUresult load(std::unordered_set<const void*> Loaded::*set, const void* image, T** out) {
-  if (!out || !image) return CUDA_ERROR_INVALID_VALUE;
-  auto* obj = new T;
-  std::lock_guard lock(loaded().mu);
-  (loaded().*set).insert(obj);
-  *out = obj;
-  return CUDA_SUCCESS;
-}
-
-template <typename T>
-CUresult unload(std::unordered_set<const void*> Loaded::*set, T* obj) {
-  {
-    std::lock_guard lock(loaded().mu);
-    if (!(loaded().*set).erase(obj)) return CUDA_ERROR_INVALID_HANDLE;
-  }
-  delete obj;
-  return CUDA_SUCCESS;
-}
-
-bool is_loaded(std::unordered_set<const void*> Loaded::*set, const void* obj) {
-  std::lock_guard lock(loaded().mu);
-  return (loaded().*set).count(obj) != 0;
-}
-
-CUresult get_function(std::unordered_set<const void*> Loaded::*set, const void* owner, const char* name, Function** out) {
-  if (!out || !name) return CUDA_ERROR_INVALID_VALUE;
-  if (!is_loaded(set, owner)) return CUDA_ERROR_INVALID_HANDLE;
-  Function* f = find_function(name);
-  if (!f) return CUDA_ERROR_NOT_FOUND;
-  *out = f;
-  return CUDA_SUCCESS;
-}
-
-CUresult param_info(const void* handle, size_t index, size_t* offset, size_t* size) {
-  if (!valid_function(handle)) return CUDA_ERROR_INVALID_HANDLE;
-  auto info = static_cast<const Function*>(handle)->info();
+CUresult param_info(const Function* f, size_t index, size_t* offset, size_t* size) {
+  if (!f) return CUDA_ERROR_INVALID_HANDLE;
+  auto info = f->info();
   if (!info || index >= info->sizes.size()) return CUDA_ERROR_INVALID_VALUE;
   if (offset) *offset = info->offsets[index];
   if (size) *size = info->sizes[index];
@@ -74,17 +35,6 @@ CUresult param_info(const void* handle, size_t index, size_t* offset, size_t* si
 // Runs on the stream's worker.
 CUresult run_kernel(const KernelRecord& rec, const KernelInfo& info) {
   auto start = std::chrono::steady_clock::now();
-  AddressSpace& m = state().memory;
-  // Any 8-byte word may be a pointer (PyTorch passes pointers inside
-  // by-value structs): each one into device VA must be backed.
-  std::vector<Access> accesses;
-  for (size_t off = 0; off + sizeof(uint64_t) <= rec.params.size(); off += sizeof(uint64_t)) {
-    uint64_t word;
-    std::memcpy(&word, rec.params.data() + off, sizeof word);
-    if (m.in_arena(word)) accesses.push_back({word, 1, false, true});
-  }
-  uint64_t token = 0;
-  if (CUresult e = m.begin_use(accesses.data(), accesses.size(), &token)) return e;
   std::vector<void*> params;
   auto* base = const_cast<unsigned char*>(rec.params.data());
   for (size_t off : info.offsets) params.push_back(base + off);
@@ -94,8 +44,7 @@ CUresult run_kernel(const KernelRecord& rec, const KernelInfo& info) {
   launch.shared_bytes = rec.shared_bytes;
   launch.num_params = static_cast<unsigned>(params.size());
   launch.params = params.data();
-  info.fn(&launch);
-  m.end_use(token);
+  if (CUresult e = run_guarded_kernel(info.fn, &launch)) return e;
   if (info.modeled_ns) std::this_thread::sleep_until(start + std::chrono::nanoseconds(info.modeled_ns));
   return CUDA_SUCCESS;
 }
@@ -128,8 +77,9 @@ CUresult pack_params(const KernelInfo& info, void** params, void** extra, std::v
 
 CUresult launch(Context* ctx, CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned shared,
                 CUstream h, void** params, void** extra, bool ptsz) {
-  if (!valid_function(f)) return CUDA_ERROR_INVALID_HANDLE;
-  auto info = reinterpret_cast<const Function*>(f)->info();
+  const Function* fn = launchable_function(f);
+  if (!fn) return CUDA_ERROR_INVALID_HANDLE;
+  auto info = fn->info();
   if (!info) return CUDA_ERROR_NOT_FOUND;
   for (int i = 0; i < 3; ++i)
     if (grid[i] == 0 || block[i] == 0) return CUDA_ERROR_INVALID_VALUE;
@@ -162,7 +112,8 @@ CUresult launch_ex(Context* ctx, const CUlaunchConfig* cfg, CUfunction f, void**
 SIMDEV_API CUresult CUDAAPI cuModuleLoadData(CUmodule* module, const void* image) {
   SIMDEV_ENTER_CTX("cuModuleLoadData", CUDA_ERROR_OUT_OF_MEMORY, ctx);
   (void)ctx;
-  return load<Module>(&Loaded::modules, image, reinterpret_cast<Module**>(module));
+  if (!module || !image) return CUDA_ERROR_INVALID_VALUE;
+  return load_module(module);
 }
 
 SIMDEV_API CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* module, const void* image, unsigned int, CUjit_option*, void**) {
@@ -172,60 +123,74 @@ SIMDEV_API CUresult CUDAAPI cuModuleLoadDataEx(CUmodule* module, const void* ima
 SIMDEV_API CUresult CUDAAPI cuModuleUnload(CUmodule module) {
   SIMDEV_ENTER_CTX("cuModuleUnload", CUDA_ERROR_INVALID_HANDLE, ctx);
   (void)ctx;
-  return unload(&Loaded::modules, reinterpret_cast<Module*>(module));
+  return unload_module(module);
 }
 
 SIMDEV_API CUresult CUDAAPI cuModuleGetFunction(CUfunction* f, CUmodule module, const char* name) {
   SIMDEV_ENTER_CTX("cuModuleGetFunction", CUDA_ERROR_NOT_FOUND, ctx);
   (void)ctx;
-  return get_function(&Loaded::modules, module, name, reinterpret_cast<Function**>(f));
+  if (!f || !name) return CUDA_ERROR_INVALID_VALUE;
+  return module_function(module, name, f);
 }
 
 SIMDEV_API CUresult CUDAAPI cuLibraryLoadData(CUlibrary* library, const void* code, CUjit_option*, void**, unsigned int,
                                               CUlibraryOption*, void**, unsigned int) {
   SIMDEV_ENTER("cuLibraryLoadData", CUDA_ERROR_OUT_OF_MEMORY);
-  return load<Library>(&Loaded::libraries, code, reinterpret_cast<Library**>(library));
+  SIMDEV_REQUIRE_SYMBOL("cuLibraryLoadData");
+  if (!library || !code) return CUDA_ERROR_INVALID_VALUE;
+  return load_library(library);
 }
 
 SIMDEV_API CUresult CUDAAPI cuLibraryUnload(CUlibrary library) {
   SIMDEV_ENTER("cuLibraryUnload", CUDA_ERROR_INVALID_HANDLE);
-  return unload(&Loaded::libraries, reinterpret_cast<Library*>(library));
+  SIMDEV_REQUIRE_SYMBOL("cuLibraryUnload");
+  return unload_library(library);
 }
 
 SIMDEV_API CUresult CUDAAPI cuLibraryGetKernel(CUkernel* kernel, CUlibrary library, const char* name) {
   SIMDEV_ENTER("cuLibraryGetKernel", CUDA_ERROR_NOT_FOUND);
-  return get_function(&Loaded::libraries, library, name, reinterpret_cast<Function**>(kernel));
+  SIMDEV_REQUIRE_SYMBOL("cuLibraryGetKernel");
+  if (!kernel || !name) return CUDA_ERROR_INVALID_VALUE;
+  return library_kernel(library, name, kernel);
 }
 
 SIMDEV_API CUresult CUDAAPI cuKernelGetFunction(CUfunction* f, CUkernel kernel) {
   SIMDEV_ENTER_CTX("cuKernelGetFunction", CUDA_ERROR_INVALID_HANDLE, ctx);
-  (void)ctx;
+  SIMDEV_REQUIRE_SYMBOL("cuKernelGetFunction");
   if (!f) return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_function(kernel)) return CUDA_ERROR_INVALID_HANDLE;
-  *f = reinterpret_cast<CUfunction>(kernel);  // one object serves both handles
-  return CUDA_SUCCESS;
+  return kernel_function(kernel, ctx, f);
 }
 
 SIMDEV_API CUresult CUDAAPI cuFuncGetParamInfo(CUfunction f, size_t index, size_t* offset, size_t* size) {
   SIMDEV_ENTER("cuFuncGetParamInfo", CUDA_ERROR_INVALID_VALUE);
-  return param_info(f, index, offset, size);
+  SIMDEV_REQUIRE_SYMBOL("cuFuncGetParamInfo");
+  return param_info(function_of(f), index, offset, size);
 }
 
 SIMDEV_API CUresult CUDAAPI cuKernelGetParamInfo(CUkernel k, size_t index, size_t* offset, size_t* size) {
   SIMDEV_ENTER("cuKernelGetParamInfo", CUDA_ERROR_INVALID_VALUE);
-  return param_info(k, index, offset, size);
+  SIMDEV_REQUIRE_SYMBOL("cuKernelGetParamInfo");
+  return param_info(function_of_kernel(k), index, offset, size);
 }
 
 SIMDEV_API CUresult CUDAAPI cuFuncGetName(const char** name, CUfunction f) {
   SIMDEV_ENTER("cuFuncGetName", CUDA_ERROR_INVALID_VALUE);
+  SIMDEV_REQUIRE_SYMBOL("cuFuncGetName");
   if (!name) return CUDA_ERROR_INVALID_VALUE;
-  if (!valid_function(f)) return CUDA_ERROR_INVALID_HANDLE;
-  *name = reinterpret_cast<const Function*>(f)->name.c_str();
+  const Function* fn = function_of(f);
+  if (!fn) return CUDA_ERROR_INVALID_HANDLE;
+  *name = fn->name.c_str();
   return CUDA_SUCCESS;
 }
 
 SIMDEV_API CUresult CUDAAPI cuKernelGetName(const char** name, CUkernel k) {
-  return cuFuncGetName(name, reinterpret_cast<CUfunction>(k));
+  SIMDEV_ENTER("cuKernelGetName", CUDA_ERROR_INVALID_VALUE);
+  SIMDEV_REQUIRE_SYMBOL("cuKernelGetName");
+  if (!name) return CUDA_ERROR_INVALID_VALUE;
+  const Function* fn = function_of_kernel(k);
+  if (!fn) return CUDA_ERROR_INVALID_HANDLE;
+  *name = fn->name.c_str();
+  return CUDA_SUCCESS;
 }
 
 SIMDEV_API CUresult CUDAAPI cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
@@ -259,9 +224,11 @@ SIMDEV_API CUresult CUDAAPI cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigne
 
 SIMDEV_API CUresult CUDAAPI cuLaunchKernelEx(const CUlaunchConfig* cfg, CUfunction f, void** params, void** extra) {
   SIMDEV_ENTER_CTX("cuLaunchKernelEx", CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, ctx);
+  SIMDEV_REQUIRE_SYMBOL("cuLaunchKernelEx");
   return launch_ex(ctx, cfg, f, params, extra, false);
 }
 SIMDEV_API CUresult CUDAAPI cuLaunchKernelEx_ptsz(const CUlaunchConfig* cfg, CUfunction f, void** params, void** extra) {
   SIMDEV_ENTER_CTX("cuLaunchKernelEx", CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, ctx);
+  SIMDEV_REQUIRE_SYMBOL("cuLaunchKernelEx");
   return launch_ex(ctx, cfg, f, params, extra, true);
 }

@@ -151,6 +151,19 @@ Config load_config_from_env() {
     if (b && *b >= kGranularity && (*b & (*b - 1)) == 0) cfg.host_vmm_granularity = *b;
     else note_error(cfg, "SIMDEV_HOST_VMM_GRANULARITY", v, "a power of two of at least 2MiB such as 2MiB or 1GiB");
   }
+  cfg.driver_version = CUDA_VERSION;
+  if (const char* v = env("SIMDEV_DRIVER_VERSION")) {
+    // 1000 * major + 10 * minor; cuGetProcAddress (11.3) is the oldest entry
+    // point programs find the driver through, and simdev cannot be newer
+    // than the ABI it was built against.
+    auto ver = parse_int(v);
+    if (ver && *ver >= 11030 && *ver <= CUDA_VERSION && *ver % 10 == 0) cfg.driver_version = *ver;
+    else
+      note_error(cfg, "SIMDEV_DRIVER_VERSION", v,
+                 ("a CUDA version written as 1000*major+10*minor, from 11030 to " + std::to_string(CUDA_VERSION) +
+                  ", such as 12030")
+                     .c_str());
+  }
   return cfg;
 }
 

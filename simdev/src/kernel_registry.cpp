@@ -2,7 +2,6 @@
 
 #include <map>
 #include <mutex>
-#include <unordered_set>
 
 #include "common.h"
 
@@ -14,7 +13,6 @@ struct Registry {
   std::mutex mu;
   std::map<std::string, std::shared_ptr<const KernelInfo>> kernels;
   std::map<std::string, Function*> functions;
-  std::unordered_set<const void*> handles;
 };
 
 Registry& registry() {
@@ -36,21 +34,13 @@ std::shared_ptr<const KernelInfo> Function::info() const {
   return it == registry().kernels.end() ? nullptr : it->second;
 }
 
-Function* find_function(const std::string& name) {
+const Function* find_function(const std::string& name) {
   Registry& r = registry();
   std::lock_guard lock(r.mu);
   if (!r.kernels.count(name)) return nullptr;
   Function*& f = r.functions[name];
-  if (!f) {
-    f = new Function{name};
-    r.handles.insert(f);
-  }
+  if (!f) f = new Function{name};
   return f;
-}
-
-bool valid_function(const void* f) {
-  std::lock_guard lock(registry().mu);
-  return registry().handles.count(f) != 0;
 }
 
 }  // namespace simdev

@@ -19,15 +19,15 @@ struct KernelInfo {
   unsigned long long modeled_ns = 0;
 };
 
-// What a CUfunction (and a CUkernel) handle points at: one per name, for the
-// life of the process, so handles stay valid across re-registration.
+// One per registered name, for the life of the process, so that handles
+// stay meaningful across re-registration. Module and library handles
+// (code_handles.h) point at these.
 struct Function {
   std::string name;
   std::shared_ptr<const KernelInfo> info() const;
 };
 
 // The function registered under `name`, or null.
-Function* find_function(const std::string& name);
-bool valid_function(const void* f);
+const Function* find_function(const std::string& name);
 
 }  // namespace simdev

@@ -24,6 +24,12 @@ extern const unsigned driver_proc_table_size;
 namespace simdev {
 // True when `exported` names a function simdev implements.
 bool is_implemented_name(const std::string& exported);
+// The version cuDriverGetVersion reports (SIMDEV_DRIVER_VERSION).
+int driver_version();
+// True when `symbol` (a cuGetProcAddress name such as "cuFuncGetParamInfo")
+// came after driver_version(): the oldest PFN_<symbol>_v<N> typedef of
+// cudaTypedefs.h, as recorded in the table, is newer than the driver.
+bool newer_than_driver(const char* symbol);
 }  // namespace simdev
 #endif
 

@@ -33,6 +33,8 @@ CUresult create_session(Session* s) {
       {&k.add_one_u32, kAddOneU32},
       {&k.copy_bytes, kCopyBytes},
       {&k.sum_u32, kSumU32},
+      {&k.fill_table_u32, kFillTableU32},
+      {&k.wait_then_fill_u32, kWaitThenFillU32},
   };
   for (const auto& [fn, name] : fns)
     if ((r = cuModuleGetFunction(fn, k.module, name)) != CUDA_SUCCESS) return r;

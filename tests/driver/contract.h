@@ -37,12 +37,19 @@ struct Kernels {
   CUfunction add_one_u32 = nullptr;  // (u32* p, u64 n)
   CUfunction copy_bytes = nullptr;   // (u8* dst, const u8* src, u64 n)
   CUfunction sum_u32 = nullptr;      // (const u32* p, u64 n, u64* acc)
+  // (u32* const* table, u64 count, u32 value, u64 n): through a device-side table
+  CUfunction fill_table_u32 = nullptr;
+  // (volatile u32* flags, u32* p, u32 value, u64 n): sets flags[1], waits for
+  // flags[0] (flags[2] = 1 when it gave up after ~10 s), fills p; launch 1 block
+  CUfunction wait_then_fill_u32 = nullptr;
 };
 
 inline constexpr const char* kFillU32 = "contract_fill_u32";
 inline constexpr const char* kAddOneU32 = "contract_add_one_u32";
 inline constexpr const char* kCopyBytes = "contract_copy_bytes";
 inline constexpr const char* kSumU32 = "contract_sum_u32";
+inline constexpr const char* kFillTableU32 = "contract_fill_table_u32";
+inline constexpr const char* kWaitThenFillU32 = "contract_wait_then_fill_u32";
 
 // The PTX image of kernels.cu.
 const char* kernels_image();

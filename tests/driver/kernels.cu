@@ -31,3 +31,32 @@ extern "C" __global__ void contract_sum_u32(const unsigned int* p, unsigned long
        i += (unsigned long long)gridDim.x * blockDim.x)
     atomicAdd(acc, (unsigned long long)p[i]);
 }
+
+// Fills n words of each of the count buffers whose addresses the table (in
+// device memory) holds: the kernel reaches them only through the table.
+extern "C" __global__ void contract_fill_table_u32(unsigned int* const* table, unsigned long long count,
+                                                   unsigned int value, unsigned long long n) {
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < count * n;
+       i += (unsigned long long)gridDim.x * blockDim.x)
+    table[i / n][i % n] = value;
+}
+
+// Announces that it runs (flags[1] = 1), waits until flags[0] is non-zero
+// (or about ten seconds pass, so that a driver that waits for the kernel
+// before unmapping cannot hang the test; then it sets flags[2] = 1), then
+// fills n words at p.
+extern "C" __global__ void contract_wait_then_fill_u32(volatile unsigned int* flags, unsigned int* p,
+                                                       unsigned int value, unsigned long long n) {
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    flags[1] = 1;
+    __threadfence_system();
+    long long start = clock64();
+    while (flags[0] == 0 && clock64() - start < 20000000000LL) {
+    }
+    if (flags[0] == 0) flags[2] = 1;
+  }
+  __syncthreads();
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;
+       i += (unsigned long long)gridDim.x * blockDim.x)
+    p[i] = value;
+}

@@ -2,9 +2,11 @@
 // sizes. Each call does the whole grid's work.
 #include <simdev/simdev.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <thread>
 
 #include "contract.h"
 
@@ -47,7 +49,31 @@ void sum_u32_host(const simdev_launch* l) {
   __atomic_fetch_add(acc, s, __ATOMIC_RELAXED);
 }
 
+void fill_table_u32_host(const simdev_launch* l) {
+  auto* const* table = param<uint32_t* const*>(l, 0);
+  const auto count = param<uint64_t>(l, 1);
+  const auto value = param<uint32_t>(l, 2);
+  const auto n = param<uint64_t>(l, 3);
+  for (uint64_t b = 0; b < count; ++b)
+    for (uint64_t i = 0; i < n; ++i) table[b][i] = value;
+}
+
+void wait_then_fill_u32_host(const simdev_launch* l) {
+  auto* flags = param<uint32_t*>(l, 0);
+  auto* p = param<uint32_t*>(l, 1);
+  const auto value = param<uint32_t>(l, 2);
+  const auto n = param<uint64_t>(l, 3);
+  __atomic_store_n(&flags[1], 1u, __ATOMIC_RELEASE);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (__atomic_load_n(&flags[0], __ATOMIC_ACQUIRE) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  if (__atomic_load_n(&flags[0], __ATOMIC_ACQUIRE) == 0) __atomic_store_n(&flags[2], 1u, __ATOMIC_RELEASE);
+  for (uint64_t i = 0; i < n; ++i) p[i] = value;
+}
+
 constexpr size_t kPtrU32U64[] = {8, 4, 8};
+constexpr size_t kPtrU64U32U64[] = {8, 8, 4, 8};
+constexpr size_t kPtrPtrU32U64[] = {8, 8, 4, 8};
 constexpr size_t kPtrU64[] = {8, 8};
 constexpr size_t kPtrPtrU64[] = {8, 8, 8};
 constexpr size_t kPtrU64Ptr[] = {8, 8, 8};
@@ -62,6 +88,8 @@ void register_contract_host_kernels() {
         {kAddOneU32, add_one_u32_host, 2, kPtrU64, nullptr, 0},
         {kCopyBytes, copy_bytes_host, 3, kPtrPtrU64, nullptr, 0},
         {kSumU32, sum_u32_host, 3, kPtrU64Ptr, nullptr, 0},
+        {kFillTableU32, fill_table_u32_host, 4, kPtrU64U32U64, nullptr, 0},
+        {kWaitThenFillU32, wait_then_fill_u32_host, 4, kPtrPtrU32U64, nullptr, 0},
     };
     for (const auto& d : descs) simdev_try_register_kernel(&d);
   });

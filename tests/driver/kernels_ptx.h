@@ -188,5 +188,152 @@ $L__BB3_3:
 	ret;
 
 }
+	// .globl	contract_fill_table_u32
+.visible .entry contract_fill_table_u32(
+	.param .u64 contract_fill_table_u32_param_0,
+	.param .u64 contract_fill_table_u32_param_1,
+	.param .u32 contract_fill_table_u32_param_2,
+	.param .u64 contract_fill_table_u32_param_3
+)
+{
+	.reg .pred 	%p<4>;
+	.reg .b32 	%r<11>;
+	.reg .b64 	%rd<32>;
+
+
+	ld.param.u64 	%rd14, [contract_fill_table_u32_param_0];
+	ld.param.u64 	%rd16, [contract_fill_table_u32_param_1];
+	ld.param.u32 	%r1, [contract_fill_table_u32_param_2];
+	ld.param.u64 	%rd15, [contract_fill_table_u32_param_3];
+	mov.u32 	%r2, %ctaid.x;
+	mov.u32 	%r3, %ntid.x;
+	cvt.u64.u32 	%rd1, %r3;
+	mul.wide.u32 	%rd17, %r2, %r3;
+	mov.u32 	%r4, %tid.x;
+	cvt.u64.u32 	%rd18, %r4;
+	add.s64 	%rd29, %rd17, %rd18;
+	mul.lo.s64 	%rd3, %rd15, %rd16;
+	setp.ge.u64 	%p1, %rd29, %rd3;
+	@%p1 bra 	$L__BB4_6;
+
+	mov.u32 	%r5, %nctaid.x;
+	cvt.u64.u32 	%rd19, %r5;
+	mul.lo.s64 	%rd4, %rd19, %rd1;
+	cvta.to.global.u64 	%rd5, %rd14;
+	cvt.u32.u64 	%r6, %rd15;
+
+$L__BB4_2:
+	or.b64  	%rd20, %rd29, %rd15;
+	and.b64  	%rd21, %rd20, -4294967296;
+	setp.eq.s64 	%p2, %rd21, 0;
+	@%p2 bra 	$L__BB4_4;
+
+	div.u64 	%rd30, %rd29, %rd15;
+	mul.lo.s64 	%rd22, %rd30, %rd15;
+	sub.s64 	%rd31, %rd29, %rd22;
+	bra.uni 	$L__BB4_5;
+
+$L__BB4_4:
+	cvt.u32.u64 	%r7, %rd29;
+	div.u32 	%r8, %r7, %r6;
+	mul.lo.s32 	%r9, %r8, %r6;
+	sub.s32 	%r10, %r7, %r9;
+	cvt.u64.u32 	%rd30, %r8;
+	cvt.u64.u32 	%rd31, %r10;
+
+$L__BB4_5:
+	shl.b64 	%rd23, %rd30, 3;
+	add.s64 	%rd24, %rd5, %rd23;
+	ld.global.u64 	%rd25, [%rd24];
+	cvta.to.global.u64 	%rd26, %rd25;
+	shl.b64 	%rd27, %rd31, 2;
+	add.s64 	%rd28, %rd26, %rd27;
+	st.global.u32 	[%rd28], %r1;
+	add.s64 	%rd29, %rd29, %rd4;
+	setp.lt.u64 	%p3, %rd29, %rd3;
+	@%p3 bra 	$L__BB4_2;
+
+$L__BB4_6:
+	ret;
+
+}
+	// .globl	contract_wait_then_fill_u32
+.visible .entry contract_wait_then_fill_u32(
+	.param .u64 contract_wait_then_fill_u32_param_0,
+	.param .u64 contract_wait_then_fill_u32_param_1,
+	.param .u32 contract_wait_then_fill_u32_param_2,
+	.param .u64 contract_wait_then_fill_u32_param_3
+)
+{
+	.reg .pred 	%p<7>;
+	.reg .b32 	%r<11>;
+	.reg .b64 	%rd<21>;
+
+
+	ld.param.u64 	%rd9, [contract_wait_then_fill_u32_param_0];
+	ld.param.u64 	%rd10, [contract_wait_then_fill_u32_param_1];
+	ld.param.u32 	%r3, [contract_wait_then_fill_u32_param_2];
+	ld.param.u64 	%rd11, [contract_wait_then_fill_u32_param_3];
+	mov.u32 	%r1, %tid.x;
+	mov.u32 	%r2, %ctaid.x;
+	or.b32  	%r4, %r2, %r1;
+	setp.ne.s32 	%p1, %r4, 0;
+	@%p1 bra 	$L__BB5_6;
+
+	cvta.to.global.u64 	%rd1, %rd9;
+	mov.u32 	%r5, 1;
+	st.volatile.global.u32 	[%rd1+4], %r5;
+	membar.sys;
+	// begin inline asm
+	mov.u64 	%rd12, %clock64;
+	// end inline asm
+
+$L__BB5_2:
+	ld.volatile.global.u32 	%r6, [%rd1];
+	setp.ne.s32 	%p2, %r6, 0;
+	@%p2 bra 	$L__BB5_4;
+
+	// begin inline asm
+	mov.u64 	%rd13, %clock64;
+	// end inline asm
+	sub.s64 	%rd14, %rd13, %rd12;
+	setp.lt.s64 	%p3, %rd14, 20000000000;
+	@%p3 bra 	$L__BB5_2;
+
+$L__BB5_4:
+	ld.volatile.global.u32 	%r7, [%rd1];
+	setp.ne.s32 	%p4, %r7, 0;
+	@%p4 bra 	$L__BB5_6;
+
+	mov.u32 	%r8, 1;
+	st.volatile.global.u32 	[%rd1+8], %r8;
+
+$L__BB5_6:
+	bar.sync 	0;
+	mov.u32 	%r9, %ntid.x;
+	cvt.u64.u32 	%rd3, %r9;
+	mul.wide.u32 	%rd15, %r2, %r9;
+	cvt.u64.u32 	%rd16, %r1;
+	add.s64 	%rd20, %rd15, %rd16;
+	setp.ge.u64 	%p5, %rd20, %rd11;
+	@%p5 bra 	$L__BB5_9;
+
+	mov.u32 	%r10, %nctaid.x;
+	cvt.u64.u32 	%rd17, %r10;
+	mul.lo.s64 	%rd5, %rd17, %rd3;
+	cvta.to.global.u64 	%rd6, %rd10;
+
+$L__BB5_8:
+	shl.b64 	%rd18, %rd20, 2;
+	add.s64 	%rd19, %rd6, %rd18;
+	st.global.u32 	[%rd19], %r3;
+	add.s64 	%rd20, %rd20, %rd5;
+	setp.lt.u64 	%p6, %rd20, %rd11;
+	@%p6 bra 	$L__BB5_8;
+
+$L__BB5_9:
+	ret;
+
+}
 
 )kernels_ptx";

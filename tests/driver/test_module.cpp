@@ -241,3 +241,66 @@ TEST_F(DriverTest, LaunchWithZeroGridIsInvalidValue) {
   EXPECT_EQ(CUDA_ERROR_INVALID_VALUE,
             cuLaunchKernel(kernels().fill_u32, 1, 1, 1, 0, 1, 1, 0, nullptr, params, nullptr));
 }
+
+TEST_F(DriverTest, KernelAndItsFunctionAreDistinctHandles) {
+  CUlibrary lib = nullptr;
+  ASSERT_CU(load_library(&lib));
+  CUkernel k = nullptr;
+  ASSERT_CU(cuLibraryGetKernel(&k, lib, contract::kFillU32));
+  CUfunction f = nullptr;
+  ASSERT_CU(cuKernelGetFunction(&f, k));
+  ASSERT_NE(nullptr, f);
+  EXPECT_NE(static_cast<void*>(k), static_cast<void*>(f));
+  // Each kind describes itself through its own query, with the same layout.
+  auto by_kernel = enumerate_params(
+      [&](size_t i, size_t* o, size_t* s) { return cuKernelGetParamInfo(k, i, o, s); });
+  auto by_function = enumerate_params(
+      [&](size_t i, size_t* o, size_t* s) { return cuFuncGetParamInfo(f, i, o, s); });
+  ASSERT_EQ(3u, by_kernel.size());
+  ASSERT_EQ(by_kernel.size(), by_function.size());
+  for (size_t i = 0; i < by_kernel.size(); ++i) {
+    EXPECT_EQ(by_kernel[i].offset, by_function[i].offset) << i;
+    EXPECT_EQ(by_kernel[i].size, by_function[i].size) << i;
+  }
+  const char* kernel_name = nullptr;
+  const char* function_name = nullptr;
+  ASSERT_CU(cuKernelGetName(&kernel_name, k));
+  ASSERT_CU(cuFuncGetName(&function_name, f));
+  EXPECT_STREQ(contract::kFillU32, kernel_name);
+  EXPECT_STREQ(contract::kFillU32, function_name);
+  EXPECT_CU(cuLibraryUnload(lib));
+}
+
+TEST_F(DriverTest, LaunchAfterModuleUnloadFails) {
+  contract::expect_child_returns_zero([] {
+    contract::register_contract_host_kernels();
+    CUmodule m = nullptr;
+    if (CUresult r = cuModuleLoadData(&m, contract::kernels_image()))
+      return contract::child_fail(1, "cuModuleLoadData", r, CUDA_SUCCESS);
+    CUfunction f = nullptr;
+    if (CUresult r = cuModuleGetFunction(&f, m, contract::kFillU32))
+      return contract::child_fail(2, "cuModuleGetFunction", r, CUDA_SUCCESS);
+    if (CUresult r = cuModuleUnload(m)) return contract::child_fail(3, "cuModuleUnload", r, CUDA_SUCCESS);
+    DeviceBuffer d(4096);
+    if (d.status()) return contract::child_fail(4, "cuMemAlloc", d.status(), CUDA_SUCCESS);
+    const CUresult r = contract::launch(f, nullptr, 16, d.ptr(), 1u, uint64_t{16});
+    if (r == CUDA_SUCCESS) return contract::child_fail(5, "launch after cuModuleUnload", r, CUDA_ERROR_INVALID_HANDLE);
+    return 0;
+  });
+}
+
+TEST_F(DriverTest, LaunchAfterLibraryUnloadFails) {
+  contract::expect_child_returns_zero([] {
+    CUlibrary lib = nullptr;
+    if (CUresult r = load_library(&lib)) return contract::child_fail(1, "cuLibraryLoadData", r, CUDA_SUCCESS);
+    CUkernel k = nullptr;
+    if (CUresult r = cuLibraryGetKernel(&k, lib, contract::kFillU32))
+      return contract::child_fail(2, "cuLibraryGetKernel", r, CUDA_SUCCESS);
+    if (CUresult r = cuLibraryUnload(lib)) return contract::child_fail(3, "cuLibraryUnload", r, CUDA_SUCCESS);
+    DeviceBuffer d(4096);
+    if (d.status()) return contract::child_fail(4, "cuMemAlloc", d.status(), CUDA_SUCCESS);
+    const CUresult r = contract::launch(reinterpret_cast<CUfunction>(k), nullptr, 16, d.ptr(), 1u, uint64_t{16});
+    if (r == CUDA_SUCCESS) return contract::child_fail(5, "launch after cuLibraryUnload", r, CUDA_ERROR_INVALID_HANDLE);
+    return 0;
+  });
+}

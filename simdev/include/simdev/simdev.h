@@ -9,6 +9,12 @@
  * resolves function names against the registry. So one source can carry PTX
  * for a GPU and host kernels for simdev.
  *
+ * Host kernels dereference device pointers directly, as GPU code does. A
+ * kernel that touches device memory that is not mapped stops at that access
+ * (simdev leaves it with siglongjmp, so no destructor of its frames runs) and
+ * the context gets CUDA_ERROR_ILLEGAL_ADDRESS; a kernel should therefore not
+ * hold locks or own resources while it touches device memory.
+ *
  * Programs that must also run against NVIDIA's driver call the
  * simdev_try_* helpers below, which look simdev up at run time and do nothing
  * when the loaded libcuda.so.1 is not simdev.
