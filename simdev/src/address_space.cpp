@@ -480,14 +480,16 @@ CUresult AddressSpace::check_access_locked(const Access& a, std::vector<std::pai
     bool ok = a.write ? m.device_access == CU_MEM_ACCESS_FLAGS_PROT_READWRITE
                       : m.device_access != CU_MEM_ACCESS_FLAGS_PROT_NONE;
     if (!ok) return CUDA_ERROR_ILLEGAL_ADDRESS;
-    if (a.whole_mapping) {
-      ranges.emplace_back(m.va, m.va + m.size);
-      return CUDA_SUCCESS;
-    }
     ranges.emplace_back(cursor, std::min(end, m.va + m.size));
     cursor = m.va + m.size;
   }
   return CUDA_SUCCESS;
+}
+
+bool AddressSpace::mapped(const Access& a) const {
+  std::shared_lock lock(mu_);
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  return check_access_locked(a, ranges) == CUDA_SUCCESS;
 }
 
 CUresult AddressSpace::begin_use(const Access* accesses, size_t n, uint64_t* token) {

@@ -68,9 +68,6 @@ struct Resolved {
 struct Access {
   uint64_t ptr = 0, bytes = 0;
   bool write = false;
-  // Kernels: a pointer word lets the kernel reach the whole mapping it
-  // points into, so the whole mapping is in use while the kernel runs.
-  bool whole_mapping = false;
 };
 
 class AddressSpace {
@@ -99,6 +96,11 @@ class AddressSpace {
   CUresult host_unregister(void* p);
 
   Resolved resolve(uint64_t p) const;
+
+  // Whether device memory an access names is mapped, with the access it
+  // needs, now. Copies and memsets are checked so when they are called:
+  // NVIDIA's driver (580) refuses one naming unmapped memory at the call.
+  bool mapped(const Access& a) const;
 
   // Queued work calls begin_use() right before it touches memory and
   // end_use() right after. begin_use() fails with ILLEGAL_ADDRESS when an

@@ -38,7 +38,7 @@ CopyEngine* link_engine(uint64_t dst, uint64_t src) {
 // Runs on the stream's worker.
 CUresult run_copy(uint64_t dst, uint64_t src, size_t n) {
   AddressSpace& m = state().memory;
-  Access acc[2] = {{dst, n, true, false}, {src, n, false, false}};
+  Access acc[2] = {{dst, n, true}, {src, n, false}};
   uint64_t token = 0;
   if (CUresult e = m.begin_use(acc, 2, &token)) return e;
   if (CopyEngine* engine = link_engine(dst, src))
@@ -81,6 +81,10 @@ CUresult copy(Context* ctx, Dir dir, uint64_t dst, uint64_t src, size_t n, CUstr
   } else if ((dir != Dir::kDtoH && !dst_dev) || (dir != Dir::kHtoD && !src_dev)) {
     return CUDA_ERROR_INVALID_VALUE;
   }
+  // Refused at the call when device memory it names is not mapped (read on
+  // NVIDIA's driver 580): nothing is queued and the context stays usable.
+  AddressSpace& m = state().memory;
+  if (!m.mapped({dst, n, true}) || !m.mapped({src, n, false})) return CUDA_ERROR_INVALID_VALUE;
   StreamPtr s;
   if (CUresult e = resolve_stream(h, per_thread, ctx, &s)) return e;
   bool pageable = (dir == Dir::kHtoD && !is_device_side(src)) || (dir == Dir::kDtoH && !is_device_side(dst));
@@ -96,6 +100,7 @@ CUresult memset(Context* ctx, uint64_t dst, uint32_t value, unsigned elem, size_
   }
   if (count == 0) return CUDA_SUCCESS;
   if (!dst || dst % elem != 0 || !is_device_side(dst)) return CUDA_ERROR_INVALID_VALUE;
+  if (!state().memory.mapped({dst, count * elem, true})) return CUDA_ERROR_INVALID_VALUE;
   StreamPtr s;
   if (CUresult e = resolve_stream(h, per_thread, ctx, &s)) return e;
   return submit(s, memset_work(dst, count * elem, value, elem, count, 1));
@@ -118,7 +123,7 @@ Work memset_work(uint64_t dst, size_t pitch, uint32_t value, unsigned elem, size
   w.run = [=] {
     AddressSpace& m = state().memory;
     std::vector<Access> rows;
-    for (size_t r = 0; r < height; ++r) rows.push_back({dst + r * pitch, width * elem, true, false});
+    for (size_t r = 0; r < height; ++r) rows.push_back({dst + r * pitch, width * elem, true});
     uint64_t token = 0;
     if (CUresult e = m.begin_use(rows.data(), rows.size(), &token)) return e;
     auto set_rows = [&] {
