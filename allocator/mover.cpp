@@ -172,13 +172,14 @@ CUresult Mover::fetch(Block* b, CUstream consumer, bool demand, std::span<Block*
   CUresult r = claim_for_fetch(b, demand, pinned, &op, &ready);
   if (r != CUDA_SUCCESS) return r;
   if (op != nullptr) {
-    if (demand)
-      if (MoveObserver* o = observer()) o->demand_fetch(*b);
     if ((r = enqueue_fetch(op, demand, pinned)) != CUDA_SUCCESS) {
       fetches_failed_.fetch_add(1, std::memory_order_relaxed);
       undo_fetch(op);
       return r;
     }
+    // Reported once its copy went out: a fetch that failed moved nothing.
+    if (demand)
+      if (MoveObserver* o = observer()) o->demand_fetch(*b);
     ready = publish_fetch(op, demand);
   }
   if (ready == nullptr) return CUDA_SUCCESS;

@@ -70,7 +70,8 @@ struct Stats {
 class MoveObserver {
  public:
   enum class Direction : std::uint8_t { ToHost, ToDevice };
-  // A launch needed a spilled block: it is fetched on demand.
+  // A launch needed a spilled block: it is fetched on demand (the copy has
+  // gone out; a fetch that failed is not reported).
   virtual void demand_fetch(const Block& b) noexcept = 0;
   // A launch had to wait `late_ns` for a fetch already under way.
   virtual void late_fetch(const Block& b, std::uint64_t late_ns) noexcept = 0;
