@@ -99,6 +99,7 @@ constexpr unsigned kMaxNth = 3;
 using Case = std::tuple<SpillMode, bool>;  // mode; whether a spare chunk is at hand for the fetch
 class FetchFailure : public ::testing::TestWithParam<Case> {};
 class SpillFailure : public ::testing::TestWithParam<SpillMode> {};
+class FetchCounts : public ::testing::TestWithParam<SpillMode> {};
 
 std::string mode_name(SpillMode m) { return m == SpillMode::Remap ? "remap" : "copy"; }
 
@@ -201,6 +202,37 @@ TEST_P(SpillFailure, LeavesTheBlockResidentAndIntact) {
   }
 }
 
+// A demand fetch that failed is counted as started and failed, never as
+// done: demand fetches stay among the fetches done, so the report's
+// prefetches (done less demand) cannot underflow.
+TEST_P(FetchCounts, AFailedDemandFetchIsCountedAsFailedNotAsDone) {
+  auto a = make(GetParam());
+  ASSERT_NE(a, nullptr);
+  Block* b = alloc(*a);
+  CU_OK(fill(*a, b, nullptr, 1));
+  ASSERT_EQ(a->spill(b), SpillResult::Started);
+  a->drain();
+  ASSERT_EQ(simdev_inject_fault("cuMemMap", 1, 0), 0);
+  const CUresult r = launch_xor(*a, b, 3);
+  simdev_clear_faults();
+  CU_OK(cuCtxSynchronize());
+  EXPECT_EQ(r == CUDA_SUCCESS, GetParam() == SpillMode::Remap);
+  const Stats st = a->stats();
+  EXPECT_EQ(st.fetches_started, 1u);
+  EXPECT_EQ(st.demand_fetches_started, 1u);
+  EXPECT_EQ(st.fetches_failed, 1u);
+  EXPECT_EQ(st.fetches, 0u);
+  EXPECT_EQ(st.demand_fetches, 0u);
+  std::vector<std::uint8_t> got;
+  CU_OK(read(*a, b, &got));
+  EXPECT_TRUE(got == (r == CUDA_SUCCESS ? xored(1, 3) : expected(kBytes, 1)));
+  const Stats after = a->stats();
+  EXPECT_EQ(after.fetches, 1u);
+  EXPECT_EQ(after.demand_fetches, 1u);
+  EXPECT_LE(after.demand_fetches, after.fetches);
+  CU_OK(a->free(b->va, nullptr));
+}
+
 INSTANTIATE_TEST_SUITE_P(Allocator, FetchFailure,
                          ::testing::Combine(::testing::Values(SpillMode::Remap, SpillMode::Copy),
                                             ::testing::Bool()),
@@ -208,6 +240,8 @@ INSTANTIATE_TEST_SUITE_P(Allocator, FetchFailure,
                            return mode_name(std::get<0>(i.param)) + (std::get<1>(i.param) ? "_spare" : "_new_chunk");
                          });
 INSTANTIATE_TEST_SUITE_P(Allocator, SpillFailure, ::testing::Values(SpillMode::Remap, SpillMode::Copy),
+                         [](const ::testing::TestParamInfo<SpillMode>& i) { return mode_name(i.param); });
+INSTANTIATE_TEST_SUITE_P(Allocator, FetchCounts, ::testing::Values(SpillMode::Remap, SpillMode::Copy),
                          [](const ::testing::TestParamInfo<SpillMode>& i) { return mode_name(i.param); });
 
 }  // namespace
