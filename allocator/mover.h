@@ -13,7 +13,11 @@
 //   launches pin blocks (no spill starts on a pinned block) and a remap
 //   waits for pins to drop and blocks new ones (Block::remapping);
 // - a fetch hands back its event; consumers wait on it with
-//   cuStreamWaitEvent, never on the host.
+//   cuStreamWaitEvent, never on the host;
+// - a move that fails at any step leaves the block where its bytes are (a
+//   spill: resident; a fetch: spilled, in remap mode on its host copy), and
+//   memory a copy may still touch, or a VA is still mapped onto, is kept,
+//   never released or reused under it.
 #pragma once
 
 #include <cuda.h>
