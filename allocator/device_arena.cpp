@@ -117,8 +117,8 @@ void DeviceArena::give_chunk(Handle h, std::size_t bytes) noexcept {
 }
 
 void DeviceArena::release_chunk(Handle h, std::size_t bytes) noexcept {
-  (void)TIERRT_CU(cuMemRelease, h);
-  budget_.release(bytes);
+  // A chunk the driver would not release still holds its memory.
+  if (TIERRT_CU(cuMemRelease, h) == CUDA_SUCCESS) budget_.release(bytes);
 }
 
 std::uint64_t DeviceArena::release_spares(std::uint64_t bytes) noexcept {
