@@ -236,7 +236,7 @@ TEST_P(FetchCounts, AFailedDemandFetchIsCountedAsFailedNotAsDone) {
 }
 
 // Spills, prefetches, launches and reallocations in a random order (fixed
-// seed), a fault armed at a random call of the two paths before a quarter of
+// seed), a fault armed at a random call of the two paths before each of
 // them: whatever failed, every block ends with exactly the bytes the launches
 // that went ahead gave it.
 TEST_P(RandomFaults, DuringMovesNeverChangeAByte) {
@@ -258,12 +258,10 @@ TEST_P(RandomFaults, DuringMovesNeverChangeAByte) {
   for (Tracked& t : blocks) fresh(t);
   std::vector<const char*> calls(std::begin(kFetchCalls), std::end(kFetchCalls));
   calls.insert(calls.end(), std::begin(kSpillCalls), std::end(kSpillCalls));
-  for (int op = 0; op < 400; ++op) {
+  for (int op = 0; op < 600; ++op) {
     Tracked& t = blocks[rng() % blocks.size()];
-    if (rng() % 4 == 0) {
-      ASSERT_EQ(simdev_inject_fault(calls[rng() % calls.size()], 1 + rng() % 3, 0), 0);
-    }
-    switch (rng() % 4) {
+    ASSERT_EQ(simdev_inject_fault(calls[rng() % calls.size()], 1 + rng() % 3, 0), 0);
+    switch (rng() % 7 / 2) {
       case 0:
         (void)a->spill(t.b);
         break;
