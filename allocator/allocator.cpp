@@ -142,8 +142,10 @@ CUresult Allocator::Parts::reuse_idle(std::size_t mapped, std::size_t bytes, boo
 
 CUresult Allocator::Parts::create_block(std::size_t mapped, std::size_t bytes, bool spillable, Block** out) noexcept {
   Block* b = blocks.new_block();
+  const BlockStates::Claim arriving(blocks);  // until the block is RESIDENT: a rescue elsewhere waits for it
   DeviceRange range;
-  const CUresult r = arena.create_range(mapped, reinterpret_cast<std::uintptr_t>(b), Claimant{}, &range);
+  const CUresult r =
+      arena.create_range(mapped, reinterpret_cast<std::uintptr_t>(b), Claimant{.holds_claim = true}, &range);
   if (r != CUDA_SUCCESS) {
     blocks.recycle(b);
     return r;
@@ -257,6 +259,7 @@ Stats Allocator::stats() const noexcept {
   s.device_used = dev.used();
   s.device_peak = dev.peak();
   s.device_budget = dev.limit();
+  s.over_budget = dev.over_limit();
   const Budget& host = p_->backing->budget();
   s.host_used = host.used();
   s.host_peak = host.peak();

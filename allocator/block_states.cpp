@@ -28,7 +28,7 @@ void BlockStates::recycle(Block* b) noexcept {
   b->counted_freed = false;
   b->va = b->shadow = 0;
   b->size = b->mapped = 0;
-  b->remapping = b->captured = false;
+  b->remapping = b->captured = b->va_on_host = false;
   b->user_pins = 0;
   b->lifetime = 0;
   pool_.push_back(*b);
@@ -125,6 +125,7 @@ void BlockStates::begin_move(Block* b, Move m, const Lock&) noexcept {
   ++b->ops_pending;
   ++moves_;
   if (m == Move::Spill) ++spills_;
+  if (m == Move::Fetch) ++fetches_unqueued_;
 }
 
 void BlockStates::end_move(Block* b, Move m, bool queued) noexcept {
@@ -134,7 +135,7 @@ void BlockStates::end_move(Block* b, Move m, bool queued) noexcept {
     --b->ops_pending;
     --moves_;
     if (m == Move::Spill) --spills_;
-    if (m == Move::Fetch && queued) --fetches_queued_;
+    if (m == Move::Fetch) --(queued ? fetches_queued_ : fetches_unqueued_);
     ++generation_;
   }
   changed_.notify_all();
@@ -150,6 +151,22 @@ void BlockStates::wait_spills_done() noexcept {
   changed_.wait(l, [&] { return spills_ == 0; });
 }
 
+BlockStates::Claim::Claim(BlockStates& s) noexcept : s_(s) {
+  std::lock_guard<RankedMutex> g(s.mu_);
+  ++s.claims_;
+}
+
+BlockStates::Claim::Claim(BlockStates& s, const Lock&) noexcept : s_(s) { ++s.claims_; }
+
+BlockStates::Claim::~Claim() {
+  {
+    std::lock_guard<RankedMutex> g(s_.mu_);
+    --s_.claims_;
+    ++s_.generation_;
+  }
+  s_.changed_.notify_all();
+}
+
 BlockStates::Rescuing::Rescuing(BlockStates& s) noexcept : s_(s) {
   std::lock_guard<RankedMutex> g(s.mu_);
   s.rescuing_.fetch_add(1, std::memory_order_seq_cst);
@@ -159,15 +176,17 @@ BlockStates::Rescuing::Rescuing(BlockStates& s) noexcept : s_(s) {
 
 BlockStates::Rescuing::~Rescuing() { s_.rescuing_.fetch_sub(1, std::memory_order_seq_cst); }
 
-BlockStates::PinHolder::PinHolder(std::span<Block* const> p, const Lock&, BlockStates& s) noexcept
-    : pinned(p), s_(s) {
-  if (pinned.empty()) return;
-  s_.holders_.push_back(*this);
-  // A rescue waiting for these pins to be released can stop waiting.
-  s_.changed_.notify_all();
+BlockStates::PinHolder::PinHolder(std::span<Block* const> p, const Lock&, BlockStates& s, bool holds_claim) noexcept
+    : pinned(p), s_(s), holds_claim_(holds_claim) {
+  if (holds_claim_) ++s_.waiting_claims_;
+  if (!pinned.empty()) s_.holders_.push_back(*this);
+  // A rescue waiting for these pins to be released, or for this claim to
+  // end, can stop waiting.
+  if (holds_claim_ || !pinned.empty()) s_.changed_.notify_all();
 }
 
 BlockStates::PinHolder::~PinHolder() {
+  if (holds_claim_) --s_.waiting_claims_;
   if (hook.is_linked()) s_.holders_.erase(s_.holders_.iterator_to(*this));
 }
 
@@ -192,13 +211,15 @@ bool BlockStates::pinned_by_running_thread_locked(const Block* b) const noexcept
 
 bool BlockStates::could_change_locked() const noexcept {
   if (spills_ != 0 || fetches_queued_ != 0) return true;
+  if (claims_ + fetches_unqueued_ > waiting_claims_) return true;
   for (const Block& b : resident_)
     if (!b.captured && b.user_pins == 0 && pinned_by_running_thread_locked(&b)) return true;
   return false;
 }
 
-bool BlockStates::wait_for_change(std::uint64_t seen, Lock& l, std::span<Block* const> pinned) noexcept {
-  PinHolder waiting(pinned, l, *this);
+bool BlockStates::wait_for_change(std::uint64_t seen, Lock& l, std::span<Block* const> pinned,
+                                  bool holds_claim) noexcept {
+  PinHolder waiting(pinned, l, *this, holds_claim);
   for (;;) {
     if (generation_ != seen) return true;
     if (!could_change_locked()) return false;

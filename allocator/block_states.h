@@ -75,11 +75,33 @@ class BlockStates {
 
   // ---- moves ----
   void begin_move(Block* b, Move m, const Lock&) noexcept;
-  void fetch_queued(const Lock&) noexcept { ++fetches_queued_; }
+  void fetch_queued(const Lock&) noexcept {
+    ++fetches_queued_;
+    --fetches_unqueued_;
+  }
   // A move finalised or given up (`queued`: it had been handed to the mover).
   void end_move(Block* b, Move m, bool queued) noexcept;
   void wait_moves_done() noexcept;  // every started move finalised
   void wait_spills_done() noexcept;
+
+  // ---- claims: device memory on its way to, or away from, a block ----
+  // From the moment an allocation asks for device memory until its block is
+  // RESIDENT (or it failed), or while a trim releases cached blocks: a
+  // rescue on another thread waits for it (the block it brings becomes a
+  // candidate, the memory it releases becomes free) rather than giving up.
+  // A fetch is a claim from claim_for_fetch until it is queued or undone
+  // (begin_move, fetch_queued, end_move count it).
+  class Claim {
+   public:
+    explicit Claim(BlockStates& s) noexcept;
+    Claim(BlockStates& s, const Lock&) noexcept;
+    ~Claim();  // a change the rescues wait for
+    Claim(const Claim&) = delete;
+    Claim& operator=(const Claim&) = delete;
+
+   private:
+    BlockStates& s_;
+  };
 
   // ---- what the rescue waits for ----
   // A rescue in progress (the pin releases it may wait for notify it).
@@ -97,9 +119,11 @@ class BlockStates {
   // is waiting inside the allocator: waiting for their release is futile.
   // Registering wakes the rescues (they look again), but is no change they
   // wait for: that would have two waiting rescues wake each other forever.
+  // `holds_claim`: the waiting thread holds a Claim (or a fetch not yet
+  // queued), which cannot end while it waits.
   class PinHolder {
    public:
-    PinHolder(std::span<Block* const> pinned, const Lock&, BlockStates& s) noexcept;
+    PinHolder(std::span<Block* const> pinned, const Lock&, BlockStates& s, bool holds_claim = false) noexcept;
     ~PinHolder();  // under the lock too
     PinHolder(const PinHolder&) = delete;
     PinHolder& operator=(const PinHolder&) = delete;
@@ -108,16 +132,19 @@ class BlockStates {
 
    private:
     BlockStates& s_;
+    bool holds_claim_;
   };
   // A remap finished: wakes those waiting in settle().
   void remap_done() noexcept { changed_.notify_all(); }
   // Launch pins were released, or a user pin: wakes the rescues waiting.
   void pins_released() noexcept;
   // Waits until something happened since `seen` that may free device memory
-  // (true: a move finished, pins were released), or returns false as soon
-  // as nothing can: no move under way, and every candidate's launch pins
-  // held by threads waiting inside the allocator (`pinned`: the caller's).
-  bool wait_for_change(std::uint64_t seen, Lock& l, std::span<Block* const> pinned) noexcept;
+  // (true: a move finished, pins were released, a claim ended), or returns
+  // false as soon as nothing can: no move under way, no claim but those of
+  // threads waiting here, and every candidate's launch pins held by threads
+  // waiting inside the allocator (`pinned`: the caller's; `holds_claim`:
+  // whether the caller holds a claim).
+  bool wait_for_change(std::uint64_t seen, Lock& l, std::span<Block* const> pinned, bool holds_claim) noexcept;
   // Resident spillable blocks: the rescue's candidates.
   template <class F>
   void for_each_resident(F&& f, const Lock&);
@@ -153,6 +180,9 @@ class BlockStates {
   std::uint64_t generation_ = 0;  // bumped by every change that may free device memory
   std::atomic<int> rescuing_{0};
   std::size_t moves_ = 0, spills_ = 0, fetches_queued_ = 0;
+  // Claims in progress, fetches claimed but not queued, and how many of
+  // either belong to threads waiting in wait_for_change.
+  std::size_t claims_ = 0, fetches_unqueued_ = 0, waiting_claims_ = 0;
   std::uint64_t state_blocks_[kStateCount] = {}, state_bytes_[kStateCount] = {};
   std::uint64_t lifetime_bytes_[8] = {};
   std::uint64_t aborted_ = 0, rescues_ = 0, host_full_ = 0;

@@ -1,4 +1,6 @@
-// A byte budget: a limit, what is reserved against it, and the peak.
+// A byte budget: a target, what is reserved against it, and the peak. A
+// reservation may pass the target (force_reserve) when the caller decided
+// that it must: the device budget is a target, never a reason to fail.
 #pragma once
 
 #include <algorithm>
@@ -29,7 +31,18 @@ class Budget {
     bump_peak(u + n);
     return true;
   }
+  // Reserves n bytes whether or not they fit; true when that passed the
+  // limit (counted in over_limit()).
+  bool force_reserve(std::uint64_t n) noexcept {
+    const std::uint64_t u = used_.fetch_add(n, std::memory_order_relaxed) + n;
+    bump_peak(u);
+    if (u <= limit()) return false;
+    over_limit_.fetch_add(1, std::memory_order_relaxed);
+    return true;
+  }
   void release(std::uint64_t n) noexcept { used_.fetch_sub(n, std::memory_order_relaxed); }
+  // Reservations that passed the limit.
+  std::uint64_t over_limit() const noexcept { return over_limit_.load(std::memory_order_relaxed); }
 
  private:
   void bump_peak(std::uint64_t v) noexcept {
@@ -39,6 +52,7 @@ class Budget {
   std::atomic<std::uint64_t> limit_;
   std::atomic<std::uint64_t> used_{0};
   std::atomic<std::uint64_t> peak_{0};
+  std::atomic<std::uint64_t> over_limit_{0};
 };
 
 }  // namespace tierrt::alloc

@@ -16,7 +16,7 @@ class CopyBacking final : public HostBacking {
   CUresult leave_device(Block* b, const HostCopy& to) noexcept override;
   CUresult enter_device(Block* b, CUmemGenericAllocationHandle dev) noexcept override;
   CUresult copy_to_device(const Block& b, CUstream s) noexcept override;
-  void undo_enter_device(Block* b) noexcept override;
+  CUresult undo_enter_device(Block* b) noexcept override;
   void release(Block* b, HostCopy* c) noexcept override;
   void destroy(Block* b) noexcept override;
 

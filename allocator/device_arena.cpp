@@ -51,15 +51,20 @@ CUresult DeviceArena::create_range(std::size_t bytes, std::uintptr_t owner, cons
     free_address(r.va, bytes);
     return e;
   }
-  if ((e = map(r.va, bytes, r.chunk)) != CUDA_SUCCESS) {
-    give_chunk(r.chunk, bytes);
-    free_address(r.va, bytes);
+  bool stuck = false;
+  if ((e = map(r.va, bytes, r.chunk, nullptr, &stuck)) != CUDA_SUCCESS) {
+    // A chunk still mapped keeps its range: both are left, never reused.
+    if (!stuck) {
+      give_chunk(r.chunk, bytes);
+      free_address(r.va, bytes);
+    }
     return e;
   }
   if (!table_->insert(r.va, bytes, owner)) {
-    (void)TIERRT_CU(cuMemUnmap, r.va, bytes);
-    give_chunk(r.chunk, bytes);
-    free_address(r.va, bytes);
+    if (TIERRT_CU(cuMemUnmap, r.va, bytes) == CUDA_SUCCESS) {
+      give_chunk(r.chunk, bytes);
+      free_address(r.va, bytes);
+    }
     return CUDA_ERROR_NOT_SUPPORTED;
   }
   *out = r;
@@ -68,17 +73,22 @@ CUresult DeviceArena::create_range(std::size_t bytes, std::uintptr_t owner, cons
 
 void DeviceArena::destroy_range(const DeviceRange& r) noexcept {
   table_->erase(r.va, r.bytes);
-  if (r.chunk != 0) {
-    (void)TIERRT_CU(cuMemUnmap, r.va, r.bytes);
-    release_chunk(r.chunk, r.bytes);
-  }
+  // A chunk the range could not be taken off stays with it: neither is
+  // reused while the mapping lasts.
+  if (r.chunk != 0 && TIERRT_CU(cuMemUnmap, r.va, r.bytes) != CUDA_SUCCESS) return;
+  if (r.chunk != 0) release_chunk(r.chunk, r.bytes);
   free_address(r.va, r.bytes);
 }
 
 bool DeviceArena::reserve(std::uint64_t bytes, const Claimant& who) noexcept {
   while (!budget_.try_reserve(bytes)) {
     const std::uint64_t short_by = bytes - std::min(bytes, budget_.available());
-    if (reclaimer_ == nullptr || !reclaimer_->make_room(short_by, who)) return budget_.try_reserve(bytes);
+    if (reclaimer_ != nullptr && reclaimer_->make_room(short_by, who)) continue;
+    if (!who.may_exceed_budget) return budget_.try_reserve(bytes);
+    // Nothing more can be freed: the budget is a target, never a reason to
+    // fail. cuMemCreate says whether the device has room.
+    if (budget_.force_reserve(bytes) && reclaimer_ != nullptr) reclaimer_->over_budget(budget_.used(), budget_.limit());
+    return true;
   }
   return true;
 }
@@ -107,8 +117,8 @@ void DeviceArena::give_chunk(Handle h, std::size_t bytes) noexcept {
 }
 
 void DeviceArena::release_chunk(Handle h, std::size_t bytes) noexcept {
-  (void)TIERRT_CU(cuMemRelease, h);
-  budget_.release(bytes);
+  // A chunk the driver would not release still holds its memory.
+  if (TIERRT_CU(cuMemRelease, h) == CUDA_SUCCESS) budget_.release(bytes);
 }
 
 std::uint64_t DeviceArena::release_spares(std::uint64_t bytes) noexcept {
@@ -120,7 +130,9 @@ std::uint64_t DeviceArena::release_spares(std::uint64_t bytes) noexcept {
   return sum;
 }
 
-CUresult DeviceArena::map(CUdeviceptr va, std::size_t bytes, Handle h, const CUmemLocation* host) noexcept {
+CUresult DeviceArena::map(CUdeviceptr va, std::size_t bytes, Handle h, const CUmemLocation* host,
+                          bool* stuck) noexcept {
+  if (stuck != nullptr) *stuck = false;
   CUresult r = TIERRT_CU(cuMemMap, va, bytes, 0, h, 0ull);
   if (r != CUDA_SUCCESS) return r;
   CUmemAccessDesc acc[2]{};
@@ -132,7 +144,7 @@ CUresult DeviceArena::map(CUdeviceptr va, std::size_t bytes, Handle h, const CUm
     acc[1].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   }
   r = TIERRT_CU(cuMemSetAccess, va, bytes, acc, host != nullptr ? 2 : 1);
-  if (r != CUDA_SUCCESS) (void)TIERRT_CU(cuMemUnmap, va, bytes);
+  if (r != CUDA_SUCCESS && TIERRT_CU(cuMemUnmap, va, bytes) != CUDA_SUCCESS && stuck != nullptr) *stuck = true;
   return r;
 }
 

@@ -19,11 +19,17 @@
 namespace tierrt::alloc {
 
 // Who asks for device memory, as the rescue needs to know: whether it may
-// spill other blocks to make room, and which blocks it holds pinned (a
-// launch being made resident), which only it can unpin.
+// spill other blocks to make room, which blocks it holds pinned (a launch
+// being made resident), which only it can unpin, whether it may pass the
+// budget when nothing more can be freed (an allocation, a launch's fetch: the
+// budget is a target, and the driver's own out-of-memory decides), and
+// whether it holds a claim (BlockStates::Claim, a fetch) that the rescue must
+// not wait for.
 struct Claimant {
   bool may_spill = true;
   std::span<Block* const> pinned = {};
+  bool may_exceed_budget = true;
+  bool holds_claim = false;
 };
 
 // Gives device memory back when a reservation does not fit (the allocator's
@@ -33,6 +39,8 @@ class Reclaimer {
   // Returns once device memory was freed or something that may free some
   // changed (true), or at once when nothing can (false).
   virtual bool make_room(std::uint64_t bytes, const Claimant& who) noexcept = 0;
+  // A claim passed the budget: `used` bytes are now held against `limit`.
+  virtual void over_budget(std::uint64_t used, std::uint64_t limit) noexcept = 0;
 
  protected:
   ~Reclaimer() = default;
@@ -88,8 +96,11 @@ class DeviceArena {
   std::uint64_t release_spares(std::uint64_t bytes) noexcept;
 
   // Maps `h` at `va`, read-write for the device and, when `host` is not
-  // null, for that host location too.
-  CUresult map(CUdeviceptr va, std::size_t bytes, Handle h, const CUmemLocation* host = nullptr) noexcept;
+  // null, for that host location too. On failure nothing is left mapped at
+  // `va`, unless the unmap that undoes a half-made mapping failed as well
+  // (then `*stuck`, when given, is set: `h` is still mapped there).
+  CUresult map(CUdeviceptr va, std::size_t bytes, Handle h, const CUmemLocation* host = nullptr,
+               bool* stuck = nullptr) noexcept;
   CUresult reserve_address(std::size_t bytes, CUdeviceptr* va) noexcept;
   void free_address(CUdeviceptr va, std::size_t bytes) noexcept;
 

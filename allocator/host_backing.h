@@ -37,14 +37,19 @@ class HostBacking {
   // memory: the host tier is full.
   virtual CUresult prepare_spill(Block* b, HostCopy* to) noexcept = 0;
   virtual CUresult copy_to_host(const Block& b, const HostCopy& to, CUstream s) noexcept = 0;
-  // Once the spill's copy completed: the VA leaves its device chunk
-  // (remap: for the host copy). On failure the VA stays on the device chunk.
+  // Once the spill's copy completed: the VA leaves its device chunk (remap:
+  // for the host copy; Block::va_on_host says whether that worked, else
+  // nothing is mapped there and the block is spilled as in copy mode). On
+  // failure the VA stays on the device chunk.
   virtual CUresult leave_device(Block* b, const HostCopy& to) noexcept = 0;
-  // A fetch: the VA onto device chunk `dev`; on failure it stays as it was.
+  // A fetch: the VA onto device chunk `dev`. On failure `dev` is not mapped
+  // there and the VA is where a spilled block's is (remap: back on the host
+  // copy, if the driver allows; va_on_host says).
   virtual CUresult enter_device(Block* b, CUmemGenericAllocationHandle dev) noexcept = 0;
   virtual CUresult copy_to_device(const Block& b, CUstream s) noexcept = 0;
-  // Undoes enter_device after the fetch's copy could not be enqueued.
-  virtual void undo_enter_device(Block* b) noexcept = 0;
+  // Undoes enter_device after the fetch's copy could not be enqueued. On
+  // failure the device chunk is still mapped at the VA (and must be kept).
+  virtual CUresult undo_enter_device(Block* b) noexcept = 0;
   // Gives back a host copy nobody needs any more, with its budget share.
   virtual void release(Block* b, HostCopy* c) noexcept = 0;
   // At a block's destruction: everything it holds on the host side (its VA

@@ -17,6 +17,9 @@ struct Mover::Op {
   HostCopy host;                         // spill: where the bytes go; fetch: where they were
   CUmemGenericAllocationHandle dev = 0;  // fetch: the block's new chunk
   CopyTimer timer;
+  // A copy was enqueued and could not be waited for: the memory it touches
+  // is kept (never reused) rather than released under it.
+  bool unsettled = false;
 };
 
 Mover::~Mover() {
@@ -67,7 +70,10 @@ CUresult Mover::record_done(Op* op, CUstream s) noexcept {
 
 SpillResult Mover::spill(Block* b) noexcept {
   auto* op = new (std::nothrow) Op(Move::Spill, b);
-  if (op == nullptr) return SpillResult::Failed;
+  if (op == nullptr) {
+    spills_failed_.fetch_add(1, std::memory_order_relaxed);
+    return SpillResult::Failed;
+  }
   UseSlot uses[kMaxUseSlots];
   int nuses = 0;
   SpillResult r = claim_for_spill(op, uses, &nuses);
@@ -76,6 +82,7 @@ SpillResult Mover::spill(Block* b) noexcept {
     return r;
   }
   if ((r = enqueue_spill(op, uses, nuses)) != SpillResult::Started) {
+    if (r == SpillResult::Failed) spills_failed_.fetch_add(1, std::memory_order_relaxed);
     undo_spill(op, r);
     return r;
   }
@@ -117,7 +124,10 @@ SpillResult Mover::enqueue_spill(Op* op, UseSlot* uses, int nuses) noexcept {
   CUresult r = CUDA_SUCCESS;
   for (int i = 0; i < nuses && r == CUDA_SUCCESS; ++i) {
     CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (TIERRT_CU(cuStreamIsCapturing, uses[i].stream, &cs) == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE) {
+    // A stream that cannot say is taken as capturing, unless its use is over.
+    const CUresult q = TIERRT_CU(cuStreamIsCapturing, uses[i].stream, &cs);
+    if ((q != CUDA_SUCCESS && TIERRT_CU(cuEventQuery, uses[i].ev->ev) != CUDA_SUCCESS) ||
+        cs != CU_STREAM_CAPTURE_STATUS_NONE) {
       r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
       why = SpillResult::Busy;
     }
@@ -137,13 +147,13 @@ SpillResult Mover::enqueue_spill(Op* op, UseSlot* uses, int nuses) noexcept {
     r = record_done(op, d2h_);
   }
   if (r == CUDA_SUCCESS) return SpillResult::Started;
-  (void)TIERRT_CU(cuStreamSynchronize, d2h_);  // a copy may be enqueued
+  op->unsettled = TIERRT_CU(cuStreamSynchronize, d2h_) != CUDA_SUCCESS;  // a copy may be enqueued
   return why;
 }
 
 void Mover::undo_spill(Op* op, SpillResult why) noexcept {
   Block* b = op->b;
-  backing_.release(b, &op->host);
+  if (!op->unsettled) backing_.release(b, &op->host);
   uses_.release(&op->timer);
   {
     auto l = blocks_.lock();
@@ -162,13 +172,15 @@ CUresult Mover::fetch(Block* b, CUstream consumer, bool demand, std::span<Block*
   CUresult r = claim_for_fetch(b, demand, pinned, &op, &ready);
   if (r != CUDA_SUCCESS) return r;
   if (op != nullptr) {
-    if (demand)
-      if (MoveObserver* o = observer()) o->demand_fetch(*b);
     if ((r = enqueue_fetch(op, demand, pinned)) != CUDA_SUCCESS) {
+      fetches_failed_.fetch_add(1, std::memory_order_relaxed);
       undo_fetch(op);
       return r;
     }
-    ready = publish_fetch(op);
+    // Reported once its copy went out: a fetch that failed moved nothing.
+    if (demand)
+      if (MoveObserver* o = observer()) o->demand_fetch(*b);
+    ready = publish_fetch(op, demand);
   }
   if (ready == nullptr) return CUDA_SUCCESS;
   if (consumer != nullptr) r = TIERRT_CU(cuStreamWaitEvent, consumer, ready->ev, 0u);
@@ -187,11 +199,15 @@ CUresult Mover::claim_for_fetch(Block* b, bool demand, std::span<Block* const> p
     return CUDA_SUCCESS;
   }
   *op = new (std::nothrow) Op(Move::Fetch, b);
-  if (*op == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (*op == nullptr) {
+    fetches_failed_.fetch_add(1, std::memory_order_relaxed);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   blocks_.set_state(b, State::Fetching, l);
   b->remapping = true;
   blocks_.begin_move(b, Move::Fetch, l);
-  if (demand) demand_fetches_.fetch_add(1, std::memory_order_relaxed);
+  fetches_started_.fetch_add(1, std::memory_order_relaxed);
+  if (demand) demand_fetches_started_.fetch_add(1, std::memory_order_relaxed);
   b->needed_since.store(demand ? kNeededOnDemand : 0, std::memory_order_relaxed);
   return CUDA_SUCCESS;
 }
@@ -201,10 +217,11 @@ CUresult Mover::enqueue_fetch(Op* op, bool demand, std::span<Block* const> pinne
   // Uses of the spilled block (remap: reads over the link) finish before its
   // VA is remapped.
   uses_.forget(b, /*synchronize=*/true);
-  CUresult r = arena_.obtain_chunk(b->mapped, &op->dev, Claimant{demand, pinned});
+  // Only a fetch a launch waits for may spill others or pass the budget.
+  CUresult r = arena_.obtain_chunk(b->mapped, &op->dev, Claimant{demand, pinned, demand, true});
   if (r != CUDA_SUCCESS) return r;
   if ((r = backing_.enter_device(b, op->dev)) != CUDA_SUCCESS) {
-    arena_.release_chunk(op->dev, b->mapped);
+    arena_.give_chunk(op->dev, b->mapped);
     op->dev = 0;
     return r;
   }
@@ -215,9 +232,11 @@ CUresult Mover::enqueue_fetch(Op* op, bool demand, std::span<Block* const> pinne
     r = record_done(op, h2d_);
   }
   if (r != CUDA_SUCCESS) {
-    (void)TIERRT_CU(cuStreamSynchronize, h2d_);  // a copy may be enqueued
-    backing_.undo_enter_device(b);
-    arena_.release_chunk(op->dev, b->mapped);
+    // A copy may be enqueued: the chunk it writes is given back only once it
+    // is known to be done and no longer mapped at the VA (else it is kept,
+    // with its share of the budget, and never reused).
+    const bool settled = TIERRT_CU(cuStreamSynchronize, h2d_) == CUDA_SUCCESS;
+    if (backing_.undo_enter_device(b) == CUDA_SUCCESS && settled) arena_.give_chunk(op->dev, b->mapped);
     op->dev = 0;
   }
   return r;
@@ -235,7 +254,7 @@ void Mover::undo_fetch(Op* op) noexcept {
   delete op;
 }
 
-UseEvent* Mover::publish_fetch(Op* op) noexcept {
+UseEvent* Mover::publish_fetch(Op* op, bool demand) noexcept {
   Block* b = op->b;
   UseEvent* ev = op->ev;  // op belongs to the mover once queued
   UseTracker::ref(ev);    // the block's (ready)
@@ -251,6 +270,7 @@ UseEvent* Mover::publish_fetch(Op* op) noexcept {
     blocks_.fetch_queued(l);
   }
   fetches_.fetch_add(1, std::memory_order_relaxed);
+  if (demand) demand_fetches_.fetch_add(1, std::memory_order_relaxed);
   bytes_fetched_.fetch_add(b->size, std::memory_order_relaxed);
   uses_.touch(b);
   queue(op);
@@ -282,8 +302,14 @@ void Mover::run() noexcept {
   }
 }
 
+CUresult Mover::wait_copy(const Op& op) noexcept {
+  if (TIERRT_CU(cuEventSynchronize, op.ev->ev) == CUDA_SUCCESS) return CUDA_SUCCESS;
+  // The stream the copy went out on: once it is idle, so is the copy.
+  return TIERRT_CU(cuStreamSynchronize, op.kind == Move::Spill ? d2h_ : h2d_);
+}
+
 void Mover::finalize(Op* op) noexcept {
-  (void)TIERRT_CU(cuEventSynchronize, op->ev->ev);
+  op->unsettled = wait_copy(*op) != CUDA_SUCCESS;
   report(*op);  // an aborted spill's copy ran all the same: it measures the link
   uses_.release(&op->timer);
   if (op->kind == Move::Spill)
@@ -291,8 +317,8 @@ void Mover::finalize(Op* op) noexcept {
   else
     finalize_fetch(op);
   // Host memory nobody needs now: an aborted spill's copy, or the copy a
-  // fetched block was read from.
-  backing_.release(op->b, &op->host);
+  // fetched block was read from (kept if the copy may still touch it).
+  if (!op->unsettled) backing_.release(op->b, &op->host);
   uses_.unref(op->ev);
   blocks_.end_move(op->b, op->kind, true);
   delete op;
@@ -303,6 +329,12 @@ void Mover::finalize_spill(Op* op) noexcept {
   {
     auto l = blocks_.lock();
     if (b->st() != State::Spilling || b->gen != op->gen) return;  // aborted
+    if (op->unsettled) {  // the copy's end is unknown: the block stays
+      spills_failed_.fetch_add(1, std::memory_order_relaxed);
+      ++b->gen;
+      blocks_.set_state(b, State::Resident, l);
+      return;
+    }
     b->remapping = true;  // no pins can exist: a use would have aborted the spill
   }
   // The copy completed, and with it every use it waited for: the device
@@ -317,8 +349,10 @@ void Mover::finalize_spill(Op* op) noexcept {
     b->host = op->host;
     op->host = HostCopy{};
     bytes_spilled_.fetch_add(b->size, std::memory_order_relaxed);
+    spills_done_.fetch_add(1, std::memory_order_relaxed);
     blocks_.set_state(b, State::Spilled, l);
   } else {
+    spills_failed_.fetch_add(1, std::memory_order_relaxed);
     ++b->gen;
     blocks_.set_state(b, State::Resident, l);
   }
@@ -354,8 +388,13 @@ void Mover::report(const Op& op) noexcept {
 
 void Mover::fill_stats(Stats* s) const noexcept {
   s->spills = spills_.load(std::memory_order_relaxed);
+  s->spills_done = spills_done_.load(std::memory_order_relaxed);
+  s->spills_failed = spills_failed_.load(std::memory_order_relaxed);
+  s->fetches_started = fetches_started_.load(std::memory_order_relaxed);
+  s->demand_fetches_started = demand_fetches_started_.load(std::memory_order_relaxed);
   s->fetches = fetches_.load(std::memory_order_relaxed);
   s->demand_fetches = demand_fetches_.load(std::memory_order_relaxed);
+  s->fetches_failed = fetches_failed_.load(std::memory_order_relaxed);
   s->bytes_spilled = bytes_spilled_.load(std::memory_order_relaxed);
   s->bytes_fetched = bytes_fetched_.load(std::memory_order_relaxed);
 }

@@ -13,7 +13,11 @@
 //   launches pin blocks (no spill starts on a pinned block) and a remap
 //   waits for pins to drop and blocks new ones (Block::remapping);
 // - a fetch hands back its event; consumers wait on it with
-//   cuStreamWaitEvent, never on the host.
+//   cuStreamWaitEvent, never on the host;
+// - a move that fails at any step leaves the block where its bytes are (a
+//   spill: resident; a fetch: spilled, in remap mode on its host copy), and
+//   memory a copy may still touch, or a VA is still mapped onto, is kept,
+//   never released or reused under it.
 #pragma once
 
 #include <cuda.h>
@@ -68,11 +72,13 @@ class Mover {
                            UseEvent** ready) noexcept;
   CUresult enqueue_fetch(Op* op, bool demand, std::span<Block* const> pinned) noexcept;
   void undo_fetch(Op* op) noexcept;
-  UseEvent* publish_fetch(Op* op) noexcept;
+  UseEvent* publish_fetch(Op* op, bool demand) noexcept;
   // The event that completes with the copy just enqueued on `s`.
   CUresult record_done(Op* op, CUstream s) noexcept;
   // the mover thread
   void queue(Op* op) noexcept;
+  // Waits for the move's copy (its event, else its stream).
+  CUresult wait_copy(const Op& op) noexcept;
   void run() noexcept;
   void finalize(Op* op) noexcept;
   void finalize_spill(Op* op) noexcept;
@@ -95,7 +101,11 @@ class Mover {
   pthread_t thread_{};
   bool running_ = false;
 
-  std::atomic<std::uint64_t> spills_{0}, fetches_{0}, demand_fetches_{0};
+  // Attempts and completions apart (Stats): a failed move is never counted
+  // as done.
+  std::atomic<std::uint64_t> spills_{0}, spills_done_{0}, spills_failed_{0};
+  std::atomic<std::uint64_t> fetches_started_{0}, demand_fetches_started_{0};
+  std::atomic<std::uint64_t> fetches_{0}, demand_fetches_{0}, fetches_failed_{0};
   std::atomic<std::uint64_t> bytes_spilled_{0}, bytes_fetched_{0};
 };
 

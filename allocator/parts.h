@@ -53,6 +53,7 @@ struct Allocator::Parts final : Reclaimer {
 
   // rescue.cpp
   bool make_room(std::uint64_t bytes, const Claimant& who) noexcept override;
+  void over_budget(std::uint64_t used, std::uint64_t limit) noexcept override;
   bool spill_coldest(std::uint64_t bytes) noexcept;
   std::uint64_t trim(std::uint64_t bytes) noexcept;
 
@@ -69,6 +70,7 @@ struct Allocator::Parts final : Reclaimer {
   std::unordered_set<CUdeviceptr> raw;  // pass-through allocations
 
   std::atomic<std::uint64_t> allocs{0}, cache_hits{0}, blocks_made{0}, trimmed{0};
+  std::atomic<bool> told_over_budget{false};
 };
 
 }  // namespace tierrt::alloc

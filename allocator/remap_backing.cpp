@@ -25,7 +25,7 @@ bool RemapBacking::supported(const DeviceArena& arena, CUmemLocation* where) noe
   probe.set_location(where->type, where->id);
   CUmemGenericAllocationHandle h = 0;
   if (probe.create_host_chunk(arena.granularity(), &h) != CUDA_SUCCESS) return false;
-  (void)TIERRT_CU(cuMemRelease, h);
+  (void)TIERRT_CU(cuMemRelease, h);  // a probe: nothing depends on its release
   return true;
 }
 
@@ -52,8 +52,9 @@ CUresult RemapBacking::prepare_spill(Block* b, HostCopy* to) noexcept {
     to->chunk = 0;
     return r;
   }
-  if ((r = map_host(b->shadow, b->mapped, to->chunk)) != CUDA_SUCCESS) {
-    tier_.give_host_chunk(to->chunk, b->mapped);
+  bool stuck = false;
+  if ((r = arena_.map(b->shadow, b->mapped, to->chunk, &where_, &stuck)) != CUDA_SUCCESS) {
+    release_host_chunk(b, to->chunk, !stuck);
     to->chunk = 0;
   }
   return r;
@@ -65,15 +66,25 @@ CUresult RemapBacking::copy_to_host(const Block& b, const HostCopy&, CUstream s)
 
 CUresult RemapBacking::leave_device(Block* b, const HostCopy& to) noexcept {
   CUresult r = TIERRT_CU(cuMemUnmap, b->va, b->mapped);
-  if (r != CUDA_SUCCESS) return r;
-  if ((r = map_host(b->va, b->mapped, to.chunk)) != CUDA_SUCCESS) (void)arena_.map(b->va, b->mapped, b->dev);
-  return r;
+  if (r != CUDA_SUCCESS) return r;  // still on the device chunk
+  if ((r = map_host(b->va, b->mapped, to.chunk)) == CUDA_SUCCESS) {
+    b->va_on_host = true;
+    return r;
+  }
+  if (arena_.map(b->va, b->mapped, b->dev) == CUDA_SUCCESS) return r;  // back on the device chunk
+  // Neither: the copy holds every byte, so the block is spilled with nothing
+  // at its VA, as in copy mode; its next use fetches it.
+  return CUDA_SUCCESS;
 }
 
 CUresult RemapBacking::enter_device(Block* b, CUmemGenericAllocationHandle dev) noexcept {
-  CUresult r = TIERRT_CU(cuMemUnmap, b->va, b->mapped);
-  if (r != CUDA_SUCCESS) return r;
-  if ((r = arena_.map(b->va, b->mapped, dev)) != CUDA_SUCCESS) (void)map_host(b->va, b->mapped, b->host.chunk);
+  if (b->va_on_host) {
+    const CUresult r = TIERRT_CU(cuMemUnmap, b->va, b->mapped);
+    if (r != CUDA_SUCCESS) return r;  // still on the host copy
+    b->va_on_host = false;
+  }
+  const CUresult r = arena_.map(b->va, b->mapped, dev);
+  if (r != CUDA_SUCCESS) remap_host(b);
   return r;
 }
 
@@ -81,22 +92,36 @@ CUresult RemapBacking::copy_to_device(const Block& b, CUstream s) noexcept {
   return TIERRT_CU(cuMemcpyAsync, b.va, b.shadow, b.size, s);
 }
 
-void RemapBacking::undo_enter_device(Block* b) noexcept {
-  (void)TIERRT_CU(cuMemUnmap, b->va, b->mapped);
-  (void)map_host(b->va, b->mapped, b->host.chunk);
+CUresult RemapBacking::undo_enter_device(Block* b) noexcept {
+  const CUresult r = TIERRT_CU(cuMemUnmap, b->va, b->mapped);
+  if (r == CUDA_SUCCESS) remap_host(b);
+  return r;
+}
+
+void RemapBacking::remap_host(Block* b) noexcept {
+  b->va_on_host = map_host(b->va, b->mapped, b->host.chunk) == CUDA_SUCCESS;
+}
+
+void RemapBacking::release_host_chunk(Block* b, CUmemGenericAllocationHandle h, bool unmapped) noexcept {
+  if (unmapped) {
+    tier_.give_host_chunk(h, b->mapped);
+    return;
+  }
+  // Still mapped at the shadow: the driver frees it once unmapped, and the
+  // block's next spill takes a new shadow.
+  (void)TIERRT_CU(cuMemRelease, h);
+  b->shadow = 0;
 }
 
 void RemapBacking::release(Block* b, HostCopy* c) noexcept {
-  if (c->chunk != 0) {
-    (void)TIERRT_CU(cuMemUnmap, b->shadow, b->mapped);
-    tier_.give_host_chunk(c->chunk, b->mapped);
-  }
+  if (c->chunk != 0) release_host_chunk(b, c->chunk, TIERRT_CU(cuMemUnmap, b->shadow, b->mapped) == CUDA_SUCCESS);
   budget_.release(c->bytes);
   *c = HostCopy{};
 }
 
 void RemapBacking::destroy(Block* b) noexcept {
-  if (b->host.chunk != 0) (void)TIERRT_CU(cuMemUnmap, b->va, b->mapped);
+  if (b->va_on_host) (void)TIERRT_CU(cuMemUnmap, b->va, b->mapped);  // the range is freed next regardless
+  b->va_on_host = false;
   release(b, &b->host);
   if (b->shadow != 0) arena_.free_address(b->shadow, b->mapped);
   b->shadow = 0;

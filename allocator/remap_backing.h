@@ -21,7 +21,7 @@ class RemapBacking final : public HostBacking {
   CUresult leave_device(Block* b, const HostCopy& to) noexcept override;
   CUresult enter_device(Block* b, CUmemGenericAllocationHandle dev) noexcept override;
   CUresult copy_to_device(const Block& b, CUstream s) noexcept override;
-  void undo_enter_device(Block* b) noexcept override;
+  CUresult undo_enter_device(Block* b) noexcept override;
   void release(Block* b, HostCopy* c) noexcept override;
   void destroy(Block* b) noexcept override;
 
@@ -29,6 +29,12 @@ class RemapBacking final : public HostBacking {
   std::uint64_t host_bytes(const Block& b) const noexcept override { return b.mapped; }
   // Maps the host chunk at `va`, for the device and the host.
   CUresult map_host(CUdeviceptr va, std::size_t bytes, CUmemGenericAllocationHandle h) noexcept;
+  // Puts the block's (unmapped) VA back on its host copy; va_on_host says
+  // whether that worked.
+  void remap_host(Block* b) noexcept;
+  // A host chunk back to the spares once it is unmapped from the shadow;
+  // one still mapped there is released, and the block drops that shadow.
+  void release_host_chunk(Block* b, CUmemGenericAllocationHandle h, bool unmapped) noexcept;
 
   CUmemLocation where_;
 };

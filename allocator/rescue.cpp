@@ -1,9 +1,13 @@
 // The rescue: gives device memory back when a reservation does not fit.
 // First what costs no copy (spare chunks, cached freed blocks), then spills
 // of the coldest idle blocks. When every candidate is busy for now it waits
-// for what may change that (a move finishing, launch pins released) and
-// gives up only when nothing can: no wall-clock limit decides.
+// for what may change that (a move finishing, launch pins released, an
+// allocation or fetch in progress on another thread, a trim releasing
+// memory) and gives up only when nothing can: no wall-clock limit decides.
+// Giving up is not failing: the claimant then passes the budget while the
+// driver grants the memory (DeviceArena::reserve).
 #include <algorithm>
+#include <optional>
 #include <vector>
 
 #include "parts.h"
@@ -21,7 +25,12 @@ bool Allocator::Parts::make_room(std::uint64_t bytes, const Claimant& who) noexc
   }
   if (freed > 0) return true;
   auto l = blocks.lock();
-  return blocks.wait_for_change(rescuing.seen(), l, who.pinned);
+  return blocks.wait_for_change(rescuing.seen(), l, who.pinned, who.holds_claim);
+}
+
+void Allocator::Parts::over_budget(std::uint64_t used, std::uint64_t limit) noexcept {
+  if (told_over_budget.exchange(true, std::memory_order_relaxed)) return;  // once
+  if (MoveObserver* o = mover->observer()) o->over_budget(used, limit);
 }
 
 bool Allocator::Parts::spill_coldest(std::uint64_t bytes) noexcept {
@@ -55,9 +64,11 @@ bool Allocator::Parts::spill_coldest(std::uint64_t bytes) noexcept {
 std::uint64_t Allocator::Parts::trim(std::uint64_t bytes) noexcept {
   std::uint64_t sum = arena.release_spares(bytes);  // nothing uses them
   std::vector<Block*> victims;
+  std::optional<BlockStates::Claim> releasing;  // other rescues wait for this memory
   if (sum < bytes) {
     auto l = blocks.lock();
     sum += blocks.take_cached(bytes - sum, [&](Block* b) { victims.push_back(b); }, l);
+    if (!victims.empty()) releasing.emplace(blocks, l);
   }
   if (!victims.empty()) {
     // Work that used them (or ran on the streams that freed them) finishes

@@ -92,8 +92,11 @@ CUresult Allocator::Parts::pin_when_usable(Block* b, std::span<Block* const> pin
     const CUresult r = mover->fetch(b, nullptr, true, pinned);
     l.lock();
     if (r != CUDA_SUCCESS && b->st() == State::Spilled) {
-      if (backing->mode() == SpillMode::Copy) return r;
-      b->pins.fetch_add(1, std::memory_order_seq_cst);  // remap: still correct over the link, only slower
+      // The fetch failed and left the block where its bytes are. On its host
+      // copy (remap) it is still correct over the link, only slower; with
+      // nothing at its VA (copy mode) the launch gets the driver's error.
+      if (!b->va_on_host) return r;
+      b->pins.fetch_add(1, std::memory_order_seq_cst);
       return CUDA_SUCCESS;
     }
   }

@@ -3,8 +3,15 @@
 #include "policies/event.hpp"
 #include "runtime/policy_thread.h"
 #include "runtime/recorder.h"
+#include "log.h"
 
 namespace tierrt {
+
+void MoveFeedback::over_budget(std::uint64_t used, std::uint64_t limit) noexcept {
+  TIERRT_LOG(Warn, "device memory passed the budget (%llu MiB held, budget %llu MiB): nothing more could be spilled, "
+             "and the device had room", static_cast<unsigned long long>(used >> 20),
+             static_cast<unsigned long long>(limit >> 20));
+}
 
 void MoveFeedback::demand_fetch(const alloc::Block& b) noexcept {
   if (policy_) policy_->post_demand_fetch(b.va);

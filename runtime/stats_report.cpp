@@ -22,18 +22,24 @@ const char* class_name(int c) {
   return c == 0 ? "unclassified" : policy::to_string(static_cast<policy::LifetimeClass>(c - 1));
 }
 
-// What moved between the tiers, and how fast.
-void write_moves(FILE* f, const tierrt_stats& t, const MoveFeedback& moves) noexcept {
-  const std::uint64_t prefetched = t.fetches - t.demand_fetches;
-  std::fprintf(f, "  spilled                 %10llu blocks, %10.1f MiB (%llu more started, then used again in time)\n",
-               static_cast<unsigned long long>(t.spills - std::min(t.spills, t.spills_aborted)), mib(t.bytes_spilled),
-               static_cast<unsigned long long>(t.spills_aborted));
-  std::fprintf(f, "  fetched back            %10llu blocks, %10.1f MiB (%llu prefetched, %llu on demand)\n",
+// What moved between the tiers, and how fast. Every figure is a count of
+// completed moves (demand fetches are among the fetches done), so no
+// difference below can underflow; attempts that failed are shown apart.
+void write_moves(FILE* f, const tierrt_stats& t, const alloc::Stats& s, const MoveFeedback& moves) noexcept {
+  const std::uint64_t demand = std::min(t.demand_fetches, t.fetches);
+  const std::uint64_t prefetched = t.fetches - demand;
+  std::fprintf(f, "  spilled                 %10llu blocks, %10.1f MiB (%llu more started, then used again in time; "
+               "%llu failed)\n",
+               static_cast<unsigned long long>(s.spills_done), mib(t.bytes_spilled),
+               static_cast<unsigned long long>(t.spills_aborted), static_cast<unsigned long long>(t.spills_failed));
+  std::fprintf(f, "  fetched back            %10llu blocks, %10.1f MiB (%llu prefetched, %llu on demand; %llu failed)\n",
                static_cast<unsigned long long>(t.fetches), mib(t.bytes_fetched),
-               static_cast<unsigned long long>(prefetched), static_cast<unsigned long long>(t.demand_fetches));
-  if (t.fetches)
+               static_cast<unsigned long long>(prefetched), static_cast<unsigned long long>(demand),
+               static_cast<unsigned long long>(t.fetches_failed));
+  if (prefetched)
     std::fprintf(f, "  prefetch hit rate       %10.1f %% (%llu prefetches late, by %.2f ms in all)\n",
-                 100.0 * static_cast<double>(prefetched - std::min(prefetched, t.late_fetches)) / t.fetches,
+                 100.0 * static_cast<double>(prefetched - std::min(prefetched, t.late_fetches)) /
+                     static_cast<double>(prefetched),
                  static_cast<unsigned long long>(t.late_fetches), static_cast<double>(moves.late_ns()) / 1e6);
   if (t.d2h_bytes_per_s || t.h2d_bytes_per_s)
     std::fprintf(f, "  copies, measured        %10.2f GB/s device to host, %.2f GB/s host to device\n",
@@ -75,6 +81,9 @@ void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
   t.driver_allocations = s.driver_allocs;
   t.spills = s.spills;
   t.spills_aborted = s.spills_aborted;
+  t.spills_failed = s.spills_failed;
+  t.fetches_failed = s.fetches_failed;
+  t.over_budget = s.over_budget;
   t.bytes_spilled = s.bytes_spilled;
   t.fetches = s.fetches;
   t.demand_fetches = s.demand_fetches;
@@ -112,9 +121,12 @@ void write_stats_report(const Engine& e) noexcept {
                mib(t.device_peak_bytes), mib(t.peak_bytes_untiered));
   std::fprintf(f, "  budgets                 %10.1f MiB device, %10.1f MiB host\n", mib(t.device_budget),
                mib(t.host_budget));
+  if (t.over_budget)
+    std::fprintf(f, "  over the device budget  %10llu times (nothing more could be spilled; the device had room)\n",
+                 static_cast<unsigned long long>(t.over_budget));
   std::fprintf(f, "  host tier               %10.1f MiB now, %10.1f MiB at peak\n", mib(t.host_bytes_in_use),
                mib(t.host_peak_bytes));
-  write_moves(f, t, e.moves());
+  write_moves(f, t, s, e.moves());
   std::fprintf(f, "  allocations             %10llu tracked, %llu reached the driver (%llu cache hits)\n",
                static_cast<unsigned long long>(t.allocations), static_cast<unsigned long long>(t.driver_allocations),
                static_cast<unsigned long long>(s.cache_hits));

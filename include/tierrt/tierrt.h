@@ -50,7 +50,7 @@ typedef struct tierrt_stats {
   uint64_t driver_allocations;      /* ... that had to ask the driver */
   uint64_t spills;
   uint64_t bytes_spilled;
-  uint64_t fetches;                 /* prefetches and demand fetches */
+  uint64_t fetches;                 /* prefetches and demand fetches whose copy went out */
   uint64_t demand_fetches;          /* fetches a launch or copy had to wait for */
   uint64_t bytes_fetched;
   uint64_t launches_seen;
@@ -63,6 +63,9 @@ typedef struct tierrt_stats {
   uint64_t mispredictions;          /* demand fetches of blocks the planner's plan had spilled */
   uint64_t steps_learned;           /* training steps the planner has seen end */
   uint64_t spills_aborted;          /* spills (counted in spills) overtaken by a use or free: the block stayed */
+  uint64_t spills_failed;           /* spills (counted in spills) a driver call failed: the block stayed resident */
+  uint64_t fetches_failed;          /* fetches that could not start (not in fetches): the block stayed where its bytes were */
+  uint64_t over_budget;             /* device claims that passed device_budget while the device had room */
 } tierrt_stats;
 
 /* "0.1.0" */

@@ -581,10 +581,12 @@ TEST_P(Modes, RescueWaitsForALaunchPinToBeReleased) {
   CU_OK(a->free(held->va, nullptr));
 }
 
-// ...and gives up at once when nothing can change: the only candidate is
-// pinned by the very launch that needs the memory. Copy: that launch fails
-// for want of memory; remap: it runs over the link, the block stays spilled.
-TEST_P(Modes, RescueGivesUpAtOnceWhenOnlyTheLaunchItselfPinsTheCandidates) {
+// ...and stops waiting at once when nothing can change: the only candidate
+// is pinned by the very launch that needs the memory. The budget is a
+// target, not a cap: with the device far from full the launch goes ahead
+// over the budget, in both modes, and that is counted. (Where the device
+// itself is full, budget_target_test.cpp.)
+TEST_P(Modes, RescueGoesOverTheBudgetAtOnceWhenOnlyTheLaunchItselfPinsTheCandidates) {
   Options o;
   o.device_budget = 64 * MiB;
   auto a = make(GetParam(), o);
@@ -598,14 +600,12 @@ TEST_P(Modes, RescueGivesUpAtOnceWhenOnlyTheLaunchItselfPinsTheCandidates) {
   const auto t0 = std::chrono::steady_clock::now();
   const CUresult r = a->ensure_resident(launch, nullptr);
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
-  if (GetParam() == SpillMode::Copy) {
-    EXPECT_EQ(r, CUDA_ERROR_OUT_OF_MEMORY);
-    EXPECT_EQ(x->pins.load(), 0u);
-  } else {
-    EXPECT_EQ(r, CUDA_SUCCESS);
-    EXPECT_EQ(y->st(), State::Spilled);
-    a->release(launch);
-  }
+  EXPECT_EQ(r, CUDA_SUCCESS);
+  EXPECT_NE(y->st(), State::Spilled);
+  const Stats st = a->stats();
+  EXPECT_EQ(st.over_budget, 1u);
+  EXPECT_EQ(st.device_used, 68 * MiB);
+  if (r == CUDA_SUCCESS) a->release(launch);
   EXPECT_EQ(x->st(), State::Resident);
   CU_OK(a->free(x->va, nullptr));
   std::vector<std::uint8_t> got;

@@ -50,8 +50,15 @@ struct Stats {
   std::uint64_t host_used = 0, host_peak = 0, host_budget = 0;
   std::uint64_t pinned_pool_bytes = 0;     // copy mode: pinned chunks held
   std::uint64_t allocs = 0, cache_hits = 0, driver_allocs = 0;
-  std::uint64_t spills = 0, spills_aborted = 0, spills_refused_host_full = 0;
-  std::uint64_t fetches = 0, demand_fetches = 0;
+  // Attempts and completions are counted apart: spills started, of which
+  // done (the block became SPILLED), aborted (used or freed first) or failed
+  // (a driver call failed: the block stayed resident); fetches started (for
+  // a launch: demand), of which done (the copy went out; demand_fetches ⊆
+  // fetches) or failed (the block stayed where its bytes were).
+  std::uint64_t spills = 0, spills_done = 0, spills_aborted = 0, spills_failed = 0, spills_refused_host_full = 0;
+  std::uint64_t fetches_started = 0, demand_fetches_started = 0;
+  std::uint64_t fetches = 0, demand_fetches = 0, fetches_failed = 0;
+  std::uint64_t over_budget = 0;  // device claims that passed the budget (the device had room)
   std::uint64_t bytes_spilled = 0, bytes_fetched = 0;
   std::uint64_t rescues = 0, trimmed_bytes = 0;
 };
@@ -63,12 +70,20 @@ struct Stats {
 class MoveObserver {
  public:
   enum class Direction : std::uint8_t { ToHost, ToDevice };
-  // A launch needed a spilled block: it is fetched on demand.
+  // A launch needed a spilled block: it is fetched on demand (the copy has
+  // gone out; a fetch that failed is not reported).
   virtual void demand_fetch(const Block& b) noexcept = 0;
   // A launch had to wait `late_ns` for a fetch already under way.
   virtual void late_fetch(const Block& b, std::uint64_t late_ns) noexcept = 0;
   // One spill or fetch copy: its bytes and its duration on the device.
   virtual void copy_done(Direction d, std::uint64_t bytes, std::uint64_t ns) noexcept = 0;
+  // Device memory passed the budget for the first time, from the thread
+  // that needed it (an allocation, a launch's fetch): `used` bytes against
+  // `limit`. Once per allocator; later passes are only counted (Stats).
+  virtual void over_budget(std::uint64_t used, std::uint64_t limit) noexcept {
+    (void)used;
+    (void)limit;
+  }
 
  protected:
   ~MoveObserver() = default;

@@ -102,6 +102,7 @@ struct Block {
   std::atomic<std::uint64_t> last_use{0};
   std::uint32_t user_pins = 0;  // tierrt_advise(PIN) not yet unpinned
   bool remapping = false;   // the VA's mapping is being changed: wait
+  bool va_on_host = false;  // remap: the VA is mapped onto the host copy (a spilled block reads over the link)
   bool captured = false;    // named by a captured graph: stays resident
   std::uint32_t gen = 0;    // bumped when a spill starts or is aborted
   std::uint32_t ops_pending = 0;  // mover operations not yet finalised

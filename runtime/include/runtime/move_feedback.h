@@ -23,6 +23,8 @@ class MoveFeedback final : public alloc::MoveObserver {
   void demand_fetch(const alloc::Block& b) noexcept override;
   void late_fetch(const alloc::Block& b, std::uint64_t late_ns) noexcept override;
   void copy_done(Direction d, std::uint64_t bytes, std::uint64_t ns) noexcept override;
+  // One log line: the job needs more than the device budget (once per run).
+  void over_budget(std::uint64_t used, std::uint64_t limit) noexcept override;
 
   // Over the whole run: bytes per second of device copy time; 0 before the first copy.
   std::uint64_t bytes_per_s(Direction d) const noexcept;
