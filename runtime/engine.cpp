@@ -226,9 +226,10 @@ bool Engine::free_tracked(CUdeviceptr ptr, CUstream app_stream, CUresult* result
     return false;
   }
   alloc::Block* b = alloc_->lookup(ptr);
-  const size_t size = b && b->va == ptr ? b->size : 0, mapped = b && b->va == ptr ? b->mapped : 0;
+  const size_t size = b && b->va == ptr ? b->size : 0;
+  // Before the free: once freed, the block may be handed out again.
+  pointers_.forget(b ? unit_of(b) : ptr);
   *result = alloc_->free(ptr, stream);
-  if (*result == CUDA_SUCCESS) pointers_.forget(ptr, mapped);
   if (*result == CUDA_SUCCESS && size) {
     add_live(-static_cast<std::int64_t>(size));
     if (listening()) emit(policy::Event::free(ptr, streams_.id(stream)));

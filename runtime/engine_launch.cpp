@@ -21,12 +21,7 @@ bool Engine::collect_word(CUdeviceptr word, BlockList& out) noexcept {
   // A small-allocation slot is no block, but may hold a pointer table.
   if (pointers_.empty() || !alloc_->owns(word)) return true;
   auto lock = pointers_.lock();
-  return pointers_.targets_of(
-      word,
-      [&](CUdeviceptr target) {
-        if (alloc::Block* b = alloc_->lookup(target); b && b->st() != alloc::State::Freed) out.add(b);
-      },
-      lock);
+  return pointers_.targets_of(word, [&](PointerTables::Unit target) { add_live(target, out); }, lock);
 }
 
 bool Engine::collect_range(AddressRange range, BlockList& out) noexcept {
@@ -74,11 +69,7 @@ bool Engine::add_pointed_to(BlockList& blocks) noexcept {
   auto lock = pointers_.lock();
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     const bool known = pointers_.targets_of(
-        blocks[i]->va,
-        [&](CUdeviceptr target) {
-          if (alloc::Block* b = alloc_->lookup(target); b && b->st() != alloc::State::Freed) blocks.add(b);
-        },
-        lock);
+        unit_of(blocks[i]), [&](PointerTables::Unit target) { add_live(target, blocks); }, lock);
     if (!known) return false;
   }
   return true;
@@ -99,19 +90,22 @@ void Engine::name_every_block(BlockList& blocks) noexcept {
   }
 }
 
-CUdeviceptr Engine::unit_of(CUdeviceptr p, std::size_t* block_bytes) const noexcept {
-  if (block_bytes) *block_bytes = 0;
-  if (const alloc::Block* b = alloc_->lookup(p)) {
-    if (block_bytes) *block_bytes = b->mapped;
-    return b->va;
-  }
+PointerTables::Unit Engine::unit_of(CUdeviceptr p) const noexcept {
+  if (alloc::Block* b = alloc_->lookup(p)) return unit_of(b);
   return alloc_->owns(p) ? p : 0;
 }
 
+// A block a table points to may have been freed since the table was
+// looked at (a free drops it from every table, but may race with this).
+void Engine::add_live(PointerTables::Unit target, BlockList& out) noexcept {
+  auto* b = reinterpret_cast<alloc::Block*>(target);
+  if (b->st() != alloc::State::Freed) out.add(b);
+}
+
 void Engine::note_host_words(CUdeviceptr dst, const void* src, std::size_t bytes) noexcept {
-  const CUdeviceptr unit = unit_of(dst);
+  const PointerTables::Unit unit = unit_of(dst);
   if (!unit) return;
-  CUdeviceptr targets[PointerTables::kTargets];
+  PointerTables::Unit targets[PointerTables::kTargets];
   std::size_t n = 0;
   bool every = false;
   CUdeviceptr lo = 0, hi = 0;
@@ -122,13 +116,13 @@ void Engine::note_host_words(CUdeviceptr dst, const void* src, std::size_t bytes
     for (std::size_t off = first; off + 8 <= bytes; off += 8) {
       CUdeviceptr word;
       std::memcpy(&word, static_cast<const unsigned char*>(src) + off, sizeof word);
-      const alloc::Block* b = word ? alloc_->lookup(word) : nullptr;
+      alloc::Block* b = word ? alloc_->lookup(word) : nullptr;
       if (!b || b->st() == alloc::State::Freed) continue;
       if (!lo) lo = dst + off;
       hi = dst + off + 8;
-      if (std::find(targets, targets + n, b->va) != targets + n) continue;
+      if (std::find(targets, targets + n, unit_of(b)) != targets + n) continue;
       if (n == PointerTables::kTargets) every = true;
-      else targets[n++] = b->va;
+      else targets[n++] = unit_of(b);
     }
   }
   pointers_.wrote(unit, dst, dst + bytes, {targets, n}, lo, hi, every);
@@ -136,7 +130,7 @@ void Engine::note_host_words(CUdeviceptr dst, const void* src, std::size_t bytes
 
 void Engine::note_device_copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) noexcept {
   if (pointers_.empty()) return;
-  const CUdeviceptr dst_unit = unit_of(dst), src_unit = unit_of(src);
+  const PointerTables::Unit dst_unit = unit_of(dst), src_unit = unit_of(src);
   if (!dst_unit) return;
   // From memory tierrt does not track nothing is known: what was found stays.
   if (src_unit) pointers_.copied(src_unit, src, src + bytes, dst_unit, dst);

@@ -6,24 +6,24 @@ namespace tierrt {
 
 namespace {
 
-std::uint32_t home_of(CUdeviceptr unit) noexcept {
+std::uint32_t home_of(PointerTables::Unit unit) noexcept {
   return static_cast<std::uint32_t>((unit * 0x9E3779B97F4A7C15ull) >> 40) & (PointerTables::kSlots - 1);
 }
 
 }  // namespace
 
-PointerTables::Table* PointerTables::find_locked(CUdeviceptr unit) noexcept {
+PointerTables::Table* PointerTables::find_locked(Unit unit) noexcept {
   for (std::uint32_t i = home_of(unit);; i = (i + 1) & (kSlots - 1)) {
     if (slots_[i].unit == unit) return &slots_[i];
     if (slots_[i].unit == 0) return nullptr;
   }
 }
 
-const PointerTables::Table* PointerTables::find_locked(CUdeviceptr unit) const noexcept {
+const PointerTables::Table* PointerTables::find_locked(Unit unit) const noexcept {
   return const_cast<PointerTables*>(this)->find_locked(unit);
 }
 
-PointerTables::Table* PointerTables::insert_locked(CUdeviceptr unit) noexcept {
+PointerTables::Table* PointerTables::insert_locked(Unit unit) noexcept {
   if (count_ == kMaxTables) {
     lost_.store(true, std::memory_order_release);
     live_.store(kMaxTables + 1, std::memory_order_release);
@@ -55,7 +55,7 @@ void PointerTables::erase_locked(Table* t) noexcept {
   if (!lost_.load(std::memory_order_relaxed)) live_.store(count_, std::memory_order_release);
 }
 
-void PointerTables::add_locked(Table* t, CUdeviceptr target) noexcept {
+void PointerTables::add_locked(Table* t, Unit target) noexcept {
   if (t->every) return;
   for (int i = 0; i < t->n; ++i)
     if (t->targets[i] == target) return;
@@ -66,7 +66,7 @@ void PointerTables::add_locked(Table* t, CUdeviceptr target) noexcept {
   t->targets[t->n++] = target;
 }
 
-void PointerTables::wrote(CUdeviceptr unit, CUdeviceptr begin, CUdeviceptr end, std::span<const CUdeviceptr> targets,
+void PointerTables::wrote(Unit unit, CUdeviceptr begin, CUdeviceptr end, std::span<const Unit> targets,
                           CUdeviceptr found_begin, CUdeviceptr found_end, bool every) noexcept {
   const bool found = every || !targets.empty();
   if (!found && empty()) return;
@@ -85,13 +85,12 @@ void PointerTables::wrote(CUdeviceptr unit, CUdeviceptr begin, CUdeviceptr end, 
     t->lo = std::min(t->lo, found_begin), t->hi = std::max(t->hi, found_end);
   }
   if (every) t->every = true;
-  for (CUdeviceptr target : targets) add_locked(t, target);
+  for (Unit target : targets) add_locked(t, target);
 }
 
-void PointerTables::copied(CUdeviceptr src_unit, CUdeviceptr begin, CUdeviceptr end, CUdeviceptr dst_unit,
-                           CUdeviceptr dst) noexcept {
+void PointerTables::copied(Unit src_unit, CUdeviceptr begin, CUdeviceptr end, Unit dst_unit, CUdeviceptr dst) noexcept {
   if (empty()) return;
-  CUdeviceptr targets[kTargets];
+  Unit targets[kTargets];
   int n = 0;
   bool every = false;
   CUdeviceptr lo = 0, hi = 0;
@@ -105,19 +104,17 @@ void PointerTables::copied(CUdeviceptr src_unit, CUdeviceptr begin, CUdeviceptr 
       hi = dst + (std::min(t->hi, end) - begin);
     }
   }
-  wrote(dst_unit, dst, dst + (end - begin), std::span<const CUdeviceptr>(targets, static_cast<std::size_t>(n)), lo, hi,
-        every);
+  wrote(dst_unit, dst, dst + (end - begin), std::span<const Unit>(targets, static_cast<std::size_t>(n)), lo, hi, every);
 }
 
-void PointerTables::forget(CUdeviceptr unit, std::size_t bytes) noexcept {
+void PointerTables::forget(Unit unit) noexcept {
   if (empty()) return;
   std::lock_guard lock(mu_);
   if (Table* t = find_locked(unit)) erase_locked(t);
-  if (bytes == 0) return;
   for (Table& t : slots_) {
     if (t.unit == 0) continue;
     for (int i = 0; i < t.n;)
-      if (t.targets[i] >= unit && t.targets[i] < unit + bytes) t.targets[i] = t.targets[--t.n];
+      if (t.targets[i] == unit) t.targets[i] = t.targets[--t.n];
       else ++i;
   }
 }

@@ -221,9 +221,12 @@ class Engine {
   bool add_pointed_to(BlockList& blocks) noexcept;
   // Replaces `blocks` by every live block.
   void name_every_block(BlockList& blocks) noexcept;
-  // The pointer-table unit an address is in: a block's base, or the address
+  // The pointer-table unit an address is in: its block, or the address
   // itself inside a small-allocation slot; 0 outside tierrt's memory.
-  CUdeviceptr unit_of(CUdeviceptr p, std::size_t* block_bytes = nullptr) const noexcept;
+  PointerTables::Unit unit_of(CUdeviceptr p) const noexcept;
+  static PointerTables::Unit unit_of(alloc::Block* b) noexcept { return reinterpret_cast<PointerTables::Unit>(b); }
+  // Adds the block `target` unless it was freed.
+  static void add_live(PointerTables::Unit target, BlockList& out) noexcept;
   void note_host_words(CUdeviceptr dst, const void* src, std::size_t bytes) noexcept;
   void note_device_copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) noexcept;
   void note_unified_copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) noexcept;
