@@ -149,6 +149,9 @@ class BlockStates {
   template <class F>
   void for_each_resident(F&& f, const Lock&);
   void note_host_full(const Lock&) noexcept { ++host_full_; }
+  // Every block with a VA that is not FREED.
+  template <class F>
+  void for_each_live(F&& f, const Lock&);
 
   void fill_stats(Stats* s) noexcept;
 
@@ -217,6 +220,12 @@ std::uint64_t BlockStates::take_cached(std::uint64_t bytes, F&& take, const Lock
 template <class F>
 void BlockStates::for_each_resident(F&& f, const Lock&) {
   for (Block& b : resident_) f(&b);
+}
+
+template <class F>
+void BlockStates::for_each_live(F&& f, const Lock&) {
+  for (Block& b : storage_)
+    if (b.va != 0 && b.st() != State::Freed) f(&b);
 }
 
 }  // namespace tierrt::alloc

@@ -74,7 +74,12 @@ extern "C" CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int
   X(cuStreamSynchronize, cuStreamSynchronize)                                        \
   X(cuStreamSynchronize_ptsz, cuStreamSynchronize)                                   \
   X(cuGetProcAddress, cuGetProcAddress)                                              \
-  X(cuGetProcAddress_v2, cuGetProcAddress_v2)
+  X(cuGetProcAddress_v2, cuGetProcAddress_v2)                                        \
+  X(cuModuleGetFunction, cuModuleGetFunction)                                        \
+  X(cuLibraryGetKernel, cuLibraryGetKernel)                                          \
+  X(cuKernelGetFunction, cuKernelGetFunction)                                        \
+  X(cuModuleUnload, cuModuleUnload)                                                  \
+  X(cuLibraryUnload, cuLibraryUnload)
 
 namespace tierrt::preload {
 

@@ -9,11 +9,27 @@ using namespace tierrt::preload;
 namespace {
 
 CUdeviceptr dev(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
-CUdeviceptr dev(CUdeviceptr p) { return p; }
 
+// Copies by direction: what the source holds may tell where the destination
+// points (a pointer table uploaded from the host, or copied on the device).
 template <class Forward>
 CUresult copy(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream, Forward&& forward) noexcept {
-  if (Engine* e = Engine::active()) return e->access({{dst, n}, {src, n}}, stream, forward);
+  if (Engine* e = Engine::active()) return e->copy_unified(dst, src, n, stream, forward);
+  return forward();
+}
+template <class Forward>
+CUresult copy(CUdeviceptr dst, const void* src, size_t n, CUstream stream, Forward&& forward) noexcept {
+  if (Engine* e = Engine::active()) return e->copy_to_device(dst, src, n, stream, forward);
+  return forward();
+}
+template <class Forward>
+CUresult copy(void* dst, CUdeviceptr src, size_t n, CUstream stream, Forward&& forward) noexcept {
+  if (Engine* e = Engine::active()) return e->access({{dev(dst), n}, {src, n}}, stream, forward);
+  return forward();
+}
+template <class Forward>
+CUresult fill(CUdeviceptr dst, size_t n, CUstream stream, Forward&& forward) noexcept {
+  if (Engine* e = Engine::active()) return e->access({{dst, n}}, stream, forward);
   return forward();
 }
 
@@ -23,7 +39,7 @@ extern "C" {
 
 #define TIERRT_COPY_SYNC_(name, proto, dst_t, src_t, stream)                                  \
   CUresult name(dst_t dst, src_t src, size_t n) {                                             \
-    return copy(dev(dst), dev(src), n, stream(), [&] { return TIERRT_REAL(name, proto)(dst, src, n); }); \
+    return copy(dst, src, n, stream(), [&] { return TIERRT_REAL(name, proto)(dst, src, n); }); \
   }
 TIERRT_COPY_SYNC_(cuMemcpy, cuMemcpy, CUdeviceptr, CUdeviceptr, legacy_default)
 TIERRT_COPY_SYNC_(cuMemcpy_ptds, cuMemcpy, CUdeviceptr, CUdeviceptr, per_thread_default)
@@ -37,7 +53,7 @@ TIERRT_COPY_SYNC_(cuMemcpyDtoD_v2_ptds, cuMemcpyDtoD_v2, CUdeviceptr, CUdevicept
 #define TIERRT_SAME_(s) (s)
 #define TIERRT_COPY_ASYNC_(name, proto, dst_t, src_t, stream_of)                               \
   CUresult name(dst_t dst, src_t src, size_t n, CUstream s) {                                  \
-    return copy(dev(dst), dev(src), n, stream_of(s), [&] { return TIERRT_REAL(name, proto)(dst, src, n, s); }); \
+    return copy(dst, src, n, stream_of(s), [&] { return TIERRT_REAL(name, proto)(dst, src, n, s); }); \
   }
 TIERRT_COPY_ASYNC_(cuMemcpyAsync, cuMemcpyAsync, CUdeviceptr, CUdeviceptr, TIERRT_SAME_)
 TIERRT_COPY_ASYNC_(cuMemcpyAsync_ptsz, cuMemcpyAsync, CUdeviceptr, CUdeviceptr, ptsz)
@@ -50,7 +66,7 @@ TIERRT_COPY_ASYNC_(cuMemcpyDtoDAsync_v2_ptsz, cuMemcpyDtoDAsync_v2, CUdeviceptr,
 
 #define TIERRT_MEMSET_(name, proto, value_t, elem, stream)                                     \
   CUresult name(CUdeviceptr dst, value_t v, size_t count) {                                    \
-    return copy(dst, 0, count * (elem), stream(), [&] { return TIERRT_REAL(name, proto)(dst, v, count); }); \
+    return fill(dst, count * (elem), stream(), [&] { return TIERRT_REAL(name, proto)(dst, v, count); }); \
   }
 TIERRT_MEMSET_(cuMemsetD8_v2, cuMemsetD8_v2, unsigned char, 1, legacy_default)
 TIERRT_MEMSET_(cuMemsetD8_v2_ptds, cuMemsetD8_v2, unsigned char, 1, per_thread_default)
@@ -61,7 +77,7 @@ TIERRT_MEMSET_(cuMemsetD32_v2_ptds, cuMemsetD32_v2, unsigned int, 4, per_thread_
 
 #define TIERRT_MEMSET_ASYNC_(name, proto, value_t, elem, stream_of)                              \
   CUresult name(CUdeviceptr dst, value_t v, size_t count, CUstream s) {                          \
-    return copy(dst, 0, count * (elem), stream_of(s), [&] { return TIERRT_REAL(name, proto)(dst, v, count, s); }); \
+    return fill(dst, count * (elem), stream_of(s), [&] { return TIERRT_REAL(name, proto)(dst, v, count, s); }); \
   }
 TIERRT_MEMSET_ASYNC_(cuMemsetD8Async, cuMemsetD8Async, unsigned char, 1, TIERRT_SAME_)
 TIERRT_MEMSET_ASYNC_(cuMemsetD8Async_ptsz, cuMemsetD8Async, unsigned char, 1, ptsz)

@@ -13,4 +13,31 @@ void BlockList::add_more(alloc::Block* b) noexcept {
   }
 }
 
+bool BlockList::drop_freed() noexcept {
+  auto freed = [](alloc::Block* b) { return b->st() == alloc::State::Freed; };
+  if (!more_.empty()) {
+    const bool dropped = std::erase_if(more_, freed) != 0;
+    if (more_.empty()) n_ = 0;  // the inline items were copied into more_
+    return dropped;
+  }
+  const int before = n_;
+  n_ = static_cast<int>(std::remove_if(items_, items_ + n_, freed) - items_);
+  return n_ != before;
+}
+
+void BlockList::assign_distinct(std::span<alloc::Block* const> all) noexcept {
+  more_.clear();
+  n_ = 0;
+  if (all.size() <= static_cast<std::size_t>(kInline)) {
+    std::copy(all.begin(), all.end(), items_);
+    n_ = static_cast<int>(all.size());
+    return;
+  }
+  try {
+    more_.assign(all.begin(), all.end());
+  } catch (...) {
+    incomplete_ = true;
+  }
+}
+
 }  // namespace tierrt

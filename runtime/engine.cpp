@@ -77,7 +77,15 @@ Engine::~Engine() {
   alloc_.reset();
 }
 
-std::unique_ptr<Engine> Engine::create(const Settings& s, CUresult* err) noexcept {
+std::unique_ptr<Engine> Engine::create(const Settings& asked, CUresult* err) noexcept {
+  Settings s = asked;
+  if (s.mode == Mode::Tier && !ParamLayouts::driver_describes_parameters()) {
+    // Without parameter layouts no launch can be told apart from one that
+    // touches every block: moving memory would stall every launch.
+    TIERRT_LOG(Error, "this driver cannot describe kernel parameters (cuFuncGetParamInfo needs CUDA 12.4): "
+                      "tiering is off, observe mode only");
+    s.mode = Mode::Observe;
+  }
   CUcontext ctx = nullptr;
   CUdevice dev = 0;
   size_t total = 0;
@@ -178,7 +186,8 @@ void Engine::note_phase(int phase) noexcept {
 }
 
 void Engine::note_sync(CUstream stream, bool all_streams) noexcept {
-  if (listening()) emit(policy::Event::sync(all_streams ? policy::kAllStreams : streams_.id(stream)));
+  if (listening())
+    emit(policy::Event::sync(all_streams ? policy::kAllStreams : streams_.id(StreamIds::key(stream))));
 }
 
 bool Engine::on_engine_context() const noexcept {
@@ -194,9 +203,10 @@ void Engine::add_live(std::int64_t delta) noexcept {
   }
 }
 
-CUresult Engine::allocate(CUdeviceptr* out, size_t bytes, CUstream stream) noexcept {
+CUresult Engine::allocate(CUdeviceptr* out, size_t bytes, CUstream app_stream) noexcept {
   alloc::AllocFlags flags;
-  flags.pass_through = captures_.capturing(stream);
+  flags.pass_through = captures_.capturing(app_stream);
+  const CUstream stream = StreamIds::key(app_stream);
   CUresult r = alloc_->allocate(out, bytes, stream, flags);
   if (r != CUDA_SUCCESS) return r;
   if (alloc::Block* b = alloc_->lookup(*out)) {
@@ -207,7 +217,8 @@ CUresult Engine::allocate(CUdeviceptr* out, size_t bytes, CUstream stream) noexc
   return r;
 }
 
-bool Engine::free_tracked(CUdeviceptr ptr, CUstream stream, CUresult* result) noexcept {
+bool Engine::free_tracked(CUdeviceptr ptr, CUstream app_stream, CUresult* result) noexcept {
+  const CUstream stream = StreamIds::key(app_stream);
   if (!alloc_->owns(ptr)) {
     // Made under capture with a plain cuMemAlloc: the driver frees it, the
     // way the application asked (cuMemFree or cuMemFreeAsync).
@@ -216,6 +227,8 @@ bool Engine::free_tracked(CUdeviceptr ptr, CUstream stream, CUresult* result) no
   }
   alloc::Block* b = alloc_->lookup(ptr);
   const size_t size = b && b->va == ptr ? b->size : 0;
+  // Before the free: once freed, the block may be handed out again.
+  pointers_.forget(b ? unit_of(b) : ptr);
   *result = alloc_->free(ptr, stream);
   if (*result == CUDA_SUCCESS && size) {
     add_live(-static_cast<std::int64_t>(size));

@@ -1,27 +1,45 @@
 // The engine's launch path: what a launch, copy or memset names, made
 // resident around the forwarded call, then counted and told to the planner
-// and the recording.
+// and the recording; and the pointer tables copies fill.
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
+#include "driver/driver.h"
 #include "runtime/engine.h"
 
 namespace tierrt {
 
-void Engine::collect_range(AddressRange range, BlockList& out) noexcept {
-  if (alloc::Block* b = alloc_->lookup(range.ptr)) out.add(b);
-  if (range.bytes > 1)
-    if (alloc::Block* b = alloc_->lookup(range.ptr + range.bytes - 1)) out.add(b);
+bool Engine::collect_word(CUdeviceptr word, BlockList& out) noexcept {
+  if (!word) return true;
+  if (alloc::Block* b = alloc_->lookup(word)) {
+    // A word into freed memory is never dereferenced by a correct program:
+    // it names nothing (the GPU does not care either).
+    if (b->st() != alloc::State::Freed) out.add(b);
+    return true;
+  }
+  // A small-allocation slot is no block, but may hold a pointer table.
+  if (pointers_.empty() || !alloc_->owns(word)) return true;
+  auto lock = pointers_.lock();
+  return pointers_.targets_of(word, [&](PointerTables::Unit target) { add_live(target, out); }, lock);
 }
 
-void Engine::collect_launch(CUfunction f, void** params, void** extra, BlockList& out) noexcept {
+bool Engine::collect_range(AddressRange range, BlockList& out) noexcept {
+  bool known = collect_word(range.ptr, out);
+  if (range.bytes > 1) known &= collect_word(range.ptr + range.bytes - 1, out);
+  return known;
+}
+
+bool Engine::collect_launch(CUfunction f, void** params, void** extra, BlockList& out) noexcept {
+  bool known = true;
   auto scan_word = [&](const unsigned char* p) {
     CUdeviceptr word;
     std::memcpy(&word, p, sizeof word);
-    if (word)
-      if (alloc::Block* b = alloc_->lookup(word)) out.add(b);
+    known &= collect_word(word, out);
   };
   if (params) {
-    ParamLayout layout = layouts_.get(f);
+    const ParamLayout layout = layouts_.get(f);
+    if (!layout.known) return false;
     for (std::uint32_t i = 0; i < layout.count; ++i) {
       if (!params[i]) continue;
       const std::uint32_t off = layout.offsets[i], size = layout.sizes[i];
@@ -29,7 +47,7 @@ void Engine::collect_launch(CUfunction f, void** params, void** extra, BlockList
       for (std::uint32_t w = (off + 7) & ~7u; w + 8 <= off + size; w += 8)
         scan_word(static_cast<const unsigned char*>(params[i]) + (w - off));
     }
-    return;
+    return known;
   }
   if (extra) {
     const unsigned char* buffer = nullptr;
@@ -41,26 +59,118 @@ void Engine::collect_launch(CUfunction f, void** params, void** extra, BlockList
     if (buffer)
       for (size_t w = 0; w + 8 <= size; w += 8) scan_word(buffer + w);
   }
+  return known;
 }
 
-CUresult Engine::before_use(const BlockList& blocks, CUstream stream) noexcept {
+// Transitively: a block a table points to may hold a table itself. The list
+// grows while it is walked; each block is in it once, so the walk ends.
+bool Engine::add_pointed_to(BlockList& blocks) noexcept {
+  if (pointers_.empty() || blocks.empty()) return true;
+  auto lock = pointers_.lock();
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    const bool known = pointers_.targets_of(
+        unit_of(blocks[i]), [&](PointerTables::Unit target) { add_live(target, blocks); }, lock);
+    if (!known) return false;
+  }
+  return true;
+}
+
+void Engine::name_every_block(BlockList& blocks) noexcept {
+  alloc::Block* inline_list[BlockList::kInline];
+  std::size_t n = alloc_->live_blocks(inline_list);
+  if (n <= BlockList::kInline) return blocks.assign_distinct({inline_list, n});
+  // Rare (a function the driver would not describe): the heap is allowed.
+  try {
+    std::vector<alloc::Block*> all(n + n / 8);
+    while ((n = alloc_->live_blocks(all)) > all.size()) all.resize(n + n / 8);
+    blocks.assign_distinct({all.data(), n});
+  } catch (...) {
+    blocks.assign_distinct({});
+    blocks.mark_incomplete();
+  }
+}
+
+PointerTables::Unit Engine::unit_of(CUdeviceptr p) const noexcept {
+  if (alloc::Block* b = alloc_->lookup(p)) return unit_of(b);
+  return alloc_->owns(p) ? p : 0;
+}
+
+// A block a table points to may have been freed since the table was
+// looked at (a free drops it from every table, but may race with this).
+void Engine::add_live(PointerTables::Unit target, BlockList& out) noexcept {
+  auto* b = reinterpret_cast<alloc::Block*>(target);
+  if (b->st() != alloc::State::Freed) out.add(b);
+}
+
+void Engine::note_host_words(CUdeviceptr dst, const void* src, std::size_t bytes) noexcept {
+  const PointerTables::Unit unit = unit_of(dst);
+  if (!unit) return;
+  PointerTables::Unit targets[PointerTables::kTargets];
+  std::size_t n = 0;
+  bool every = false;
+  CUdeviceptr lo = 0, hi = 0;
+  // Large copies are bulk data, not tables: only what they overwrite counts.
+  if (bytes <= settings_.pointer_scan_bytes && src) {
+    // Words aligned in device memory, where a kernel would read them.
+    const std::size_t first = (8 - (dst & 7)) & 7;
+    for (std::size_t off = first; off + 8 <= bytes; off += 8) {
+      CUdeviceptr word;
+      std::memcpy(&word, static_cast<const unsigned char*>(src) + off, sizeof word);
+      alloc::Block* b = word ? alloc_->lookup(word) : nullptr;
+      if (!b || b->st() == alloc::State::Freed) continue;
+      if (!lo) lo = dst + off;
+      hi = dst + off + 8;
+      if (std::find(targets, targets + n, unit_of(b)) != targets + n) continue;
+      if (n == PointerTables::kTargets) every = true;
+      else targets[n++] = unit_of(b);
+    }
+  }
+  pointers_.wrote(unit, dst, dst + bytes, {targets, n}, lo, hi, every);
+}
+
+void Engine::note_device_copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) noexcept {
+  if (pointers_.empty()) return;
+  const PointerTables::Unit dst_unit = unit_of(dst), src_unit = unit_of(src);
+  if (!dst_unit) return;
+  // From memory tierrt does not track nothing is known: what was found stays.
+  if (src_unit) pointers_.copied(src_unit, src, src + bytes, dst_unit, dst);
+}
+
+void Engine::note_unified_copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) noexcept {
+  if (!unit_of(dst)) return;
+  if (unit_of(src)) return note_device_copy(dst, src, bytes);
+  if (bytes > settings_.pointer_scan_bytes) return note_host_words(dst, nullptr, bytes);
+  // Read it only where it is host memory: pageable (unknown to the driver)
+  // or pinned.
+  unsigned type = 0;
+  const CUresult r = TIERRT_CU(cuPointerGetAttribute, &type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, src);
+  if (r == CUDA_ERROR_INVALID_VALUE || (r == CUDA_SUCCESS && type == CU_MEMORYTYPE_HOST))
+    note_host_words(dst, reinterpret_cast<const void*>(src), bytes);
+}
+
+CUresult Engine::before_use(BlockList& blocks, CUstream key) noexcept {
   if (blocks.incomplete()) return CUDA_ERROR_OUT_OF_MEMORY;
-  return alloc_->ensure_resident(blocks.span(), stream);
+  for (;;) {
+    const CUresult r = alloc_->ensure_resident(blocks.span(), key);
+    // Freed since it was named (another thread's free): ignored, as a word
+    // into freed memory is.
+    if (r != CUDA_ERROR_INVALID_VALUE || !blocks.drop_freed()) return r;
+  }
 }
 
-void Engine::after_use(const BlockList& blocks, CUstream stream, bool enqueued) noexcept {
-  if (enqueued) alloc_->record_use(blocks.span(), stream, captures_.capturing(stream));
+void Engine::after_use(const BlockList& blocks, CUstream key, bool capturing, bool enqueued) noexcept {
+  if (enqueued) alloc_->record_use(blocks.span(), key, capturing);
   alloc_->release(blocks.span());
 }
 
-void Engine::note_launch(const BlockList& blocks, CUstream stream) noexcept {
+void Engine::note_launch(const BlockList& blocks, CUstream key, bool capturing) noexcept {
   const std::uint64_t seq = launches_.fetch_add(1, std::memory_order_relaxed);
   if (!recorder_ && !policy_) return;
-  const policy::StreamId sid = streams_.id(stream);
+  const policy::StreamId sid = streams_.id(key);
   if (recorder_ && recorder_->events_on()) recorder_->launch(seq, sid, blocks.span());
   if (policy_) {
     // Under capture, timing the launch would put the clock's event into the graph.
-    policy_->post_launch(seq, sid, stream, !captures_.capturing(stream));
+    policy_->post_launch(seq, sid, key, !capturing);
     for (alloc::Block* b : blocks.span()) policy_->post(policy::Event::use(b->va, seq, sid));
   }
   // Residency over time, every 256 launches: enough to draw, cheap to keep.

@@ -9,73 +9,96 @@ namespace {
 // A thread's own scratch for layouts the shared table could not keep.
 thread_local std::uint32_t tl_offsets[4096], tl_sizes[4096];
 
-}  // namespace
-
-bool ParamLayouts::query(CUfunction f, std::uint32_t* offsets, std::uint32_t* sizes, std::uint32_t cap,
-                         std::uint32_t* count) noexcept {
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    std::uint32_t n = 0;
-    for (;; ++n) {
-      size_t off = 0, size = 0;
-      CUresult r;
-      // Library kernels (CUkernel) may be launched through cuLaunchKernel;
-      // the driver describes them through cuKernelGetParamInfo.
-      if (attempt == 0) r = TIERRT_CU(cuFuncGetParamInfo, f, n, &off, &size);
-      else r = TIERRT_CU(cuKernelGetParamInfo, reinterpret_cast<CUkernel>(f), n, &off, &size);
-      // Enumerate until the index is past the end (INVALID_VALUE); a kernel
-      // may have none at all.
-      if (r == CUDA_ERROR_INVALID_VALUE) break;
-      if (r != CUDA_SUCCESS) {
-        n = UINT32_MAX;
-        break;
-      }
-      if (n >= cap) return false;
-      offsets[n] = static_cast<std::uint32_t>(off);
-      sizes[n] = static_cast<std::uint32_t>(size);
-    }
-    if (n != UINT32_MAX) {
+// Parameters of f as a function (cuFuncGetParamInfo) or as a kernel
+// (cuKernelGetParamInfo), until the index is past the end (INVALID_VALUE);
+// false when the driver refuses the handle or the count exceeds `cap`.
+bool enumerate(CUfunction f, bool as_kernel, std::uint32_t* offsets, std::uint32_t* sizes, std::uint32_t cap,
+               std::uint32_t* count) noexcept {
+  for (std::uint32_t n = 0;; ++n) {
+    size_t off = 0, size = 0;
+    const CUresult r = as_kernel ? TIERRT_CU(cuKernelGetParamInfo, reinterpret_cast<CUkernel>(f), n, &off, &size)
+                                 : TIERRT_CU(cuFuncGetParamInfo, f, n, &off, &size);
+    if (r == CUDA_ERROR_INVALID_VALUE) {
       *count = n;
       return true;
     }
+    if (r != CUDA_SUCCESS || n >= cap) return false;
+    offsets[n] = static_cast<std::uint32_t>(off);
+    sizes[n] = static_cast<std::uint32_t>(size);
   }
-  return false;
 }
 
-ParamLayout ParamLayouts::get(CUfunction f) noexcept {
-  const std::uintptr_t key = reinterpret_cast<std::uintptr_t>(f);
+}  // namespace
+
+ParamLayouts& ParamLayouts::process() noexcept {
+  static ParamLayouts layouts;
+  return layouts;
+}
+
+bool ParamLayouts::driver_describes_parameters() noexcept {
+  int version = 0;
+  return TIERRT_CU(cuDriverGetVersion, &version) == CUDA_SUCCESS && version >= 12040 &&
+         drv::resolve("cuFuncGetParamInfo") != nullptr;
+}
+
+bool ParamLayouts::query(CUfunction f, HandleKind kind, std::uint32_t* offsets, std::uint32_t* sizes,
+                         std::uint32_t* count) noexcept {
+  if (kind != HandleKind::Unknown) return enumerate(f, kind == HandleKind::Kernel, offsets, sizes, kMaxCount, count);
+  // Nobody said what the handle is. A driver may answer "past the end" for
+  // a handle of the other kind, so an empty answer is not taken as final.
+  const bool as_function = enumerate(f, false, offsets, sizes, kMaxCount, count);
+  if (as_function && *count > 0) return true;
+  std::uint32_t n = 0;
+  if (enumerate(f, true, offsets, sizes, kMaxCount, &n) && (n > 0 || !as_function)) {
+    *count = n;
+    return true;
+  }
+  return as_function;
+}
+
+ParamLayouts::Slot* ParamLayouts::slot_of(std::uintptr_t key) noexcept {
   std::uint32_t h = static_cast<std::uint32_t>((key >> 4) * 0x9E3779B1u) & (kSlots - 1);
   for (std::uint32_t probe = 0; probe < 64; ++probe, h = (h + 1) & (kSlots - 1)) {
     Slot& s = slots_[h];
     std::uintptr_t k = s.key.load(std::memory_order_acquire);
-    if (k == key) {
-      if (s.ready.load(std::memory_order_acquire)) return s.layout;
-      break;  // another thread is filling it in: answer from scratch
+    if (k == 0 && !s.key.compare_exchange_strong(k, key, std::memory_order_acq_rel) && k != key) continue;
+    if (k == 0 || k == key) return &s;
+  }
+  return nullptr;
+}
+
+void ParamLayouts::note_handle(const void* handle, HandleKind kind) noexcept {
+  if (handle == nullptr) return;
+  Slot* s = slot_of(reinterpret_cast<std::uintptr_t>(handle));
+  if (s == nullptr || s->kind.load(std::memory_order_relaxed) == kind) return;
+  s->kind.store(kind, std::memory_order_relaxed);
+  s->layout.store(0, std::memory_order_release);  // asked of the driver as this kind next time
+}
+
+ParamLayout ParamLayouts::get(CUfunction f) noexcept {
+  Slot* s = slot_of(reinterpret_cast<std::uintptr_t>(f));
+  // The epoch before asking: a layout read across an unload is stale at once.
+  const std::uint64_t epoch = epoch_.load(std::memory_order_acquire) + 1ull;
+  HandleKind kind = HandleKind::Unknown;
+  if (s != nullptr) {
+    const std::uint64_t v = s->layout.load(std::memory_order_acquire);
+    if ((v >> 32) == epoch) {
+      const std::uint32_t first = static_cast<std::uint32_t>(v >> 13) & ((1u << 19) - 1);
+      return ParamLayout{static_cast<std::uint32_t>(v) & ((1u << 13) - 1), offsets_ + first, sizes_ + first, true};
     }
-    if (k != 0) continue;
-    if (!s.key.compare_exchange_strong(k, key, std::memory_order_acq_rel)) {
-      if (k == key) break;
-      continue;
-    }
-    // This thread owns the slot: fill it in.
-    ParamLayout layout;
-    std::uint32_t count = 0;
-    if (query(f, tl_offsets, tl_sizes, 4096, &count)) {
-      std::uint32_t at = used_.fetch_add(count, std::memory_order_relaxed);
-      if (at + count <= kMaxParams) {
-        for (std::uint32_t i = 0; i < count; ++i) offsets_[at + i] = tl_offsets[i], sizes_[at + i] = tl_sizes[i];
-        layout = ParamLayout{count, offsets_ + at, sizes_ + at, true};
-      } else {
-        s.key.store(0, std::memory_order_release);  // no room: don't keep it
-        return ParamLayout{count, tl_offsets, tl_sizes, true};
-      }
-    }
-    s.layout = layout;
-    s.ready.store(1, std::memory_order_release);
-    return layout;
+    kind = s->kind.load(std::memory_order_relaxed);
   }
   std::uint32_t count = 0;
-  if (query(f, tl_offsets, tl_sizes, 4096, &count)) return ParamLayout{count, tl_offsets, tl_sizes, true};
-  return ParamLayout{};
+  if (!query(f, kind, tl_offsets, tl_sizes, &count)) return ParamLayout{};
+  if (s != nullptr) {
+    const std::uint32_t first = used_.fetch_add(count, std::memory_order_relaxed);
+    if (first + count <= kMaxParams) {
+      for (std::uint32_t i = 0; i < count; ++i) offsets_[first + i] = tl_offsets[i], sizes_[first + i] = tl_sizes[i];
+      s->layout.store(epoch << 32 | std::uint64_t{first} << 13 | count, std::memory_order_release);
+      return ParamLayout{count, offsets_ + first, sizes_ + first, true};
+    }
+  }
+  return ParamLayout{count, tl_offsets, tl_sizes, true};
 }
 
 }  // namespace tierrt

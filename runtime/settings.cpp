@@ -69,6 +69,11 @@ bool read_settings(Settings* out, std::string* error, config::GetenvFn getenv_fn
     if (!b) return false;
     s.min_bytes = b->bytes;
   }
+  if (const char* v = value_of(getenv_fn, "TIERRT_POINTER_SCAN_BYTES")) {
+    auto b = config::parse_byte_size("TIERRT_POINTER_SCAN_BYTES", v, false, error);
+    if (!b) return false;
+    s.pointer_scan_bytes = b->bytes;
+  }
   if (const char* v = value_of(getenv_fn, "TIERRT_SPILL_MODE")) {
     auto k = config::parse_choice("TIERRT_SPILL_MODE", v, {"auto", "remap", "copy"}, error);
     if (!k) return false;

@@ -3,7 +3,8 @@
 //   probe PATH [SCENARIO]
 // PATH: direct | dlsym | procaddr-11030 | procaddr-12000 | procaddr-13000 |
 //       procaddr-ptsz | cudart-like
-// SCENARIO: oversubscribe (default) | training | kernel | wide-kernel | capture | torch | fork | exit-in-flight | off
+// SCENARIO: oversubscribe (default) | training | kernel | wide-kernel | pointer-table | layout-unload |
+//           capture | torch | fork | exit-in-flight | off
 // It allocates three times the device's memory in idle blocks, fills them,
 // reads them all back bit for bit, and asks tierrt's own stats (not its log)
 // whether its hooks carried the allocations. Exit status 0 means success.
@@ -270,6 +271,93 @@ void kernel_naming_many_spilled_blocks(const Api& a) {
   std::printf("a kernel naming %zu spilled blocks saw every one's data\n", kWideBlocks);
 }
 
+// Spills every block and waits until `count` blocks are SPILLED.
+void spill_all(const std::vector<CUdeviceptr>& blocks, unsigned long long count) {
+  for (CUdeviceptr p : blocks)
+    if (tierrt_advise_now(p, TIERRT_ADVISE_SPILL) != 0) fail("tierrt refused to spill a block");
+  tierrt_stats s{};
+  for (int i = 0; i < 5000 && tierrt_stats_now(&s) && s.spilled_blocks < count; ++i) usleep(1000);
+  if (s.spilled_blocks < count) fail("the blocks never reached SPILLED");
+}
+
+// add_one_through(const uint64_t* table, size_t count, size_t n): adds one
+// to the first n words of every block the table points to.
+void add_one_through_table_kernel(const simdev_launch* l) {
+  const auto* table = *static_cast<const uint64_t* const*>(l->params[0]);
+  const size_t count = *static_cast<const size_t*>(l->params[1]);
+  const size_t n = *static_cast<const size_t*>(l->params[2]);
+  for (size_t b = 0; b < count; ++b)
+    for (size_t i = 0; i < n; ++i) reinterpret_cast<uint32_t*>(table[b])[i] += 1;
+}
+
+// A pointer table uploaded with cuMemcpyHtoD: the kernel reaches its blocks
+// only through it, so tierrt must fetch them for the launch that names the
+// table (in copy mode a spilled block's VA is unmapped).
+void kernel_through_pointer_table(const Api& a) {
+  static const size_t sizes[] = {sizeof(uint64_t*), sizeof(size_t), sizeof(size_t)};
+  CUfunction f = host_kernel(a, {"tierrt_probe_add_one_through", &add_one_through_table_kernel, 3, sizes, nullptr, 0});
+  const size_t bytes = 16u << 20;
+  std::vector<CUdeviceptr> blocks(2);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    check(a.alloc(&blocks[i], bytes), "cuMemAlloc");
+    fill(a, blocks[i], bytes, i);
+  }
+  CUdeviceptr table;
+  check(a.alloc(&table, 64), "cuMemAlloc (table)");
+  const uint64_t pointers[2] = {blocks[0], blocks[1]};
+  check(a.htod(table, pointers, sizeof pointers), "cuMemcpyHtoD (table)");
+  check(a.sync(), "cuCtxSynchronize");
+  spill_all(blocks, blocks.size());
+  size_t count = blocks.size(), n = bytes / 4;
+  void* params[] = {&table, &count, &n};
+  check(a.launch(f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel (through the table)");
+  check(a.sync(), "cuCtxSynchronize after the kernel");
+  for (size_t i = 0; i < blocks.size(); ++i) verify(a, blocks[i], bytes, i, 1);
+  for (CUdeviceptr p : blocks) check(a.free(p), "cuMemFree");
+  check(a.free(table), "cuMemFree (table)");
+  std::printf("a kernel reaching spilled blocks through a pointer table saw their data\n");
+}
+
+// add_one_last(size_t n, size_t pad, uint32_t* p): add_one with its pointer last.
+void add_one_last_kernel(const simdev_launch* l) {
+  const size_t n = *static_cast<const size_t*>(l->params[0]);
+  auto* p = *static_cast<uint32_t* const*>(l->params[2]);
+  for (size_t i = 0; i < n; ++i) p[i] += 1;
+}
+
+// After cuModuleUnload a new function may get an old handle (simdev hands
+// out one per name): its launch must be scanned by its own layout.
+void layout_after_unload(const Api& a) {
+  static const size_t first[] = {sizeof(uint32_t*), sizeof(size_t)};
+  static const size_t second[] = {sizeof(size_t), sizeof(size_t), sizeof(uint32_t*)};
+  simdev_kernel_desc d{"tierrt_probe_relayout", &add_one_kernel, 2, first, nullptr, 0};
+  if (simdev_try_register_kernel(&d) != 0) fail("this scenario runs on simdev only");
+  CUmodule m;
+  CUfunction f, g;
+  check(a.load_module(&m, "simdev host kernels"), "cuModuleLoadData");
+  check(a.get_function(&f, m, d.name), "cuModuleGetFunction");
+  const size_t bytes = 16u << 20;
+  CUdeviceptr p;
+  check(a.alloc(&p, bytes), "cuMemAlloc");
+  fill(a, p, bytes, 5);
+  size_t n = bytes / 4, pad = 0;
+  void* params[] = {&p, &n};
+  check(a.launch(f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel");
+  check(cuModuleUnload(m), "cuModuleUnload");
+  d = simdev_kernel_desc{"tierrt_probe_relayout", &add_one_last_kernel, 3, second, nullptr, 0};
+  if (simdev_try_register_kernel(&d) != 0) fail("re-registering the kernel");
+  check(a.load_module(&m, "simdev host kernels"), "cuModuleLoadData");
+  check(a.get_function(&g, m, d.name), "cuModuleGetFunction");
+  check(a.sync(), "cuCtxSynchronize");
+  spill_all({p}, 1);
+  void* params2[] = {&n, &pad, &p};
+  check(a.launch(g, 1, 1, 1, 1, 1, 1, 0, nullptr, params2, nullptr), "cuLaunchKernel (new layout)");
+  check(a.sync(), "cuCtxSynchronize after the kernel");
+  verify(a, p, bytes, 5, 2);
+  check(a.free(p), "cuMemFree");
+  std::printf("a function at %s handle was scanned by its own layout\n", f == g ? "an old" : "a new");
+}
+
 // A block a captured graph names stays resident: the graph's replays never
 // pass through a hook, so nothing may move the block under them.
 void captured_graph_keeps_block_resident(const Api& a) {
@@ -461,6 +549,10 @@ int main(int argc, char** argv) {
     kernel_on_spilled_block(a);
   } else if (scenario == "wide-kernel") {
     kernel_naming_many_spilled_blocks(a);
+  } else if (scenario == "pointer-table") {
+    kernel_through_pointer_table(a);
+  } else if (scenario == "layout-unload") {
+    layout_after_unload(a);
   } else if (scenario == "fork") {
     CUdeviceptr p;
     check(a.alloc(&p, 8u << 20), "cuMemAlloc");

@@ -101,6 +101,22 @@ TEST_F(SettingsTest, HostBudgetAndMinBytes) {
   expect_refused("TIERRT_MIN_BYTES", "50%");  // a size, not a share of anything
 }
 
+TEST_F(SettingsTest, PointerScanBytes) {
+  Settings d;
+  std::string err;
+  g_env.clear();
+  ASSERT_TRUE(read(&d, &err)) << err;
+  EXPECT_EQ(64u << 10, d.pointer_scan_bytes);
+  for (auto [value, bytes] : {std::pair<const char*, std::uint64_t>{"0", 0}, {"1MiB", 1u << 20}, {"4096", 4096}}) {
+    g_env = {{"TIERRT_POINTER_SCAN_BYTES", value}};
+    Settings s;
+    ASSERT_TRUE(read(&s, &err)) << err;
+    EXPECT_EQ(bytes, s.pointer_scan_bytes) << value;
+  }
+  expect_refused("TIERRT_POINTER_SCAN_BYTES", "50%");  // a size, not a share of anything
+  expect_refused("TIERRT_POINTER_SCAN_BYTES", "some");
+}
+
 TEST_F(SettingsTest, HostBudgetTakesAPercentOfRam) {
   g_env = {{"TIERRT_HOST_BUDGET", "25%"}};
   Settings s;

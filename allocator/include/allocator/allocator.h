@@ -128,6 +128,12 @@ class Allocator {
   // it twice. False when ptr is not one.
   bool forget_pass_through(CUdeviceptr ptr) noexcept;
 
+  // The blocks not FREED right now: up to out.size() of them are written to
+  // out; returns how many there are. A snapshot: any may be freed at once
+  // (ensure_resident then fails with INVALID_VALUE for it). Takes
+  // alloc.blocks; O(blocks ever made).
+  std::size_t live_blocks(std::span<Block*> out) noexcept;
+
   // Starts a spill: the copy waits on the block's use events on the D2H
   // stream; device memory is released once it completed and nothing used
   // the block since.

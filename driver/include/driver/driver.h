@@ -10,6 +10,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include "driver/stream_key.h"
+
 namespace tierrt::drv {
 
 // X(name): `name` is the cuda.h spelling; cuda.h's macros turn it into the
@@ -99,6 +101,14 @@ const Table& table() noexcept;
 extern std::atomic<bool> g_counting;
 extern std::atomic<std::uint64_t> g_counts[static_cast<unsigned>(Id::kCount)];
 
+// Arguments as the driver takes them: a per-thread stream key becomes
+// CU_STREAM_PER_THREAD (driver/stream_key.h); the rest passes unchanged.
+template <class T>
+inline T to_driver(T v) noexcept {
+  return v;
+}
+inline CUstream to_driver(CUstream s) noexcept { return driver_stream(s); }
+
 template <class Fn, class... A>
 [[nodiscard]] inline CUresult invoke(Id id, Fn fn, A... a) noexcept {
   if (g_counting.load(std::memory_order_relaxed)) [[unlikely]]
@@ -106,7 +116,7 @@ template <class Fn, class... A>
   if (fn == nullptr) [[unlikely]]
     return table().loaded ? CUDA_ERROR_NOT_SUPPORTED
                           : CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
-  return fn(a...);
+  return fn(to_driver(a)...);
 }
 }  // namespace detail
 

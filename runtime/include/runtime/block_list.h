@@ -22,6 +22,13 @@ class BlockList {
     items_[n_++] = b;
   }
   bool empty() const noexcept { return n_ == 0 && more_.empty(); }
+  std::size_t size() const noexcept { return more_.empty() ? static_cast<std::size_t>(n_) : more_.size(); }
+  alloc::Block* operator[](std::size_t i) const noexcept { return more_.empty() ? items_[i] : more_[i]; }
+  // Drops the blocks freed since they were added; false when none was.
+  bool drop_freed() noexcept;
+  void mark_incomplete() noexcept { incomplete_ = true; }
+  // Makes the list `all`, blocks known distinct (no search for duplicates).
+  void assign_distinct(std::span<alloc::Block* const> all) noexcept;
   // The heap could not hold the list: the work must not go out (some of its
   // blocks would not be made resident).
   bool incomplete() const noexcept { return incomplete_; }

@@ -26,6 +26,7 @@
 #include "runtime/capture_tracker.h"
 #include "runtime/move_feedback.h"
 #include "runtime/param_layouts.h"
+#include "runtime/pointer_tables.h"
 #include "runtime/policy_thread.h"
 #include "runtime/recorder.h"
 #include "runtime/settings.h"
@@ -82,22 +83,57 @@ class Engine {
   }
 
   // A kernel launch on `stream` with cuLaunchKernel's params or extra: the
-  // tracked blocks any 8-byte-aligned parameter word points into are resident
-  // for the stream when the launch goes out, and their use is recorded.
+  // tracked blocks any 8-byte-aligned parameter word points into (and those
+  // the tables they hold point to) are resident for the stream when the
+  // launch goes out, and their use is recorded. A word into freed memory, or
+  // into nothing, is ignored. A function whose layout the driver would not
+  // give names every block.
   template <class Forward>
   CUresult launch(CUfunction f, CUstream stream, void** params, void** extra, Forward&& forward) noexcept {
+    const CUstream key = StreamIds::key(stream);
+    const bool capturing = captures_.capturing(stream);
     BlockList blocks;
-    collect_launch(f, params, extra, blocks);
-    const CUresult r = use(blocks, stream, forward);
-    if (r == CUDA_SUCCESS) note_launch(blocks, stream);
+    if (!collect_launch(f, params, extra, blocks) || !add_pointed_to(blocks)) name_every_block(blocks);
+    const CUresult r = use(blocks, key, capturing, forward);
+    if (r == CUDA_SUCCESS) note_launch(blocks, key, capturing);
     return r;
   }
   // A copy or memset on `stream` touching `ranges`: like a launch, uncounted.
   template <class Forward>
   CUresult access(std::initializer_list<AddressRange> ranges, CUstream stream, Forward&& forward) noexcept {
     BlockList blocks;
-    for (const AddressRange& r : ranges) collect_range(r, blocks);
-    return use(blocks, stream, forward);
+    bool known = true;
+    for (const AddressRange& r : ranges) known &= collect_range(r, blocks);
+    if (!known || !add_pointed_to(blocks)) name_every_block(blocks);
+    return use(blocks, StreamIds::key(stream), captures_.capturing(stream), forward);
+  }
+  // A host-to-device copy of `bytes` from host `src` to `dst`: an access;
+  // once it went out, a copy of at most TIERRT_POINTER_SCAN_BYTES is read
+  // for words that point into blocks, and `dst` then holds pointers to them.
+  template <class Forward>
+  CUresult copy_to_device(CUdeviceptr dst, const void* src, std::size_t bytes, CUstream stream,
+                          Forward&& forward) noexcept {
+    const CUresult r = access({{dst, bytes}}, stream, forward);
+    if (r == CUDA_SUCCESS) note_host_words(dst, src, bytes);
+    return r;
+  }
+  // A device-to-device copy: an access; the destination then points where
+  // the copied words of the source did.
+  template <class Forward>
+  CUresult copy_on_device(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream,
+                          Forward&& forward) noexcept {
+    const CUresult r = access({{dst, bytes}, {src, bytes}}, stream, forward);
+    if (r == CUDA_SUCCESS) note_device_copy(dst, src, bytes);
+    return r;
+  }
+  // cuMemcpy(Async), where the pointers say the direction: from tierrt's
+  // memory as copy_on_device, from host memory as copy_to_device.
+  template <class Forward>
+  CUresult copy_unified(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes, CUstream stream,
+                        Forward&& forward) noexcept {
+    const CUresult r = access({{dst, bytes}, {src, bytes}}, stream, forward);
+    if (r == CUDA_SUCCESS) note_unified_copy(dst, src, bytes);
+    return r;
   }
   // cuGraphLaunch on `stream`. Every block a captured launch named stays
   // resident for good (the allocator's captured state), so a replay needs
@@ -105,9 +141,16 @@ class Engine {
   template <class Forward>
   CUresult graph_launch(CUstream stream, Forward&& forward) noexcept {
     const CUresult r = forward();
-    if (r == CUDA_SUCCESS) note_launch(BlockList{}, stream);
+    if (r == CUDA_SUCCESS) note_launch(BlockList{}, StreamIds::key(stream), captures_.capturing(stream));
     return r;
   }
+
+  // Function and kernel handles as the module hooks hand them out, and
+  // unloads: the parameter layouts are the process's (modules load before
+  // the engine starts), so these need no running engine.
+  static void note_function(CUfunction f) noexcept { ParamLayouts::process().note_handle(f, HandleKind::Function); }
+  static void note_kernel(CUkernel k) noexcept { ParamLayouts::process().note_handle(k, HandleKind::Kernel); }
+  static void note_unload() noexcept { ParamLayouts::process().forget_all(); }
 
   // Stream capture, as the capture hooks saw it succeed.
   void begin_capture(CUstream s, CUstreamCaptureMode mode) noexcept { captures_.begin(s, mode); }
@@ -165,24 +208,42 @@ class Engine {
   // True when the calling thread's current context is the engine's.
   bool on_engine_context() const noexcept;
   bool free_tracked(CUdeviceptr ptr, CUstream stream, CUresult* result) noexcept;
-  // Blocks a launch names: every 8-byte-aligned word of its parameters.
-  void collect_launch(CUfunction f, void** params, void** extra, BlockList& out) noexcept;
+  // Blocks a launch names: every 8-byte-aligned word of its parameters;
+  // false when the layout is unknown (the launch may touch any block).
+  bool collect_launch(CUfunction f, void** params, void** extra, BlockList& out) noexcept;
+  // The live block a word points into, or what the pointer table of the
+  // small-allocation slot it points to names; false: every block.
+  bool collect_word(CUdeviceptr word, BlockList& out) noexcept;
   // Blocks a copy or memset names: the blocks holding the range's ends.
-  void collect_range(AddressRange range, BlockList& out) noexcept;
+  bool collect_range(AddressRange range, BlockList& out) noexcept;
+  // Adds the blocks the pointer tables held by `blocks` point to, and those
+  // their tables point to; false when one of them points to every block.
+  bool add_pointed_to(BlockList& blocks) noexcept;
+  // Replaces `blocks` by every live block.
+  void name_every_block(BlockList& blocks) noexcept;
+  // The pointer-table unit an address is in: its block, or the address
+  // itself inside a small-allocation slot; 0 outside tierrt's memory.
+  PointerTables::Unit unit_of(CUdeviceptr p) const noexcept;
+  static PointerTables::Unit unit_of(alloc::Block* b) noexcept { return reinterpret_cast<PointerTables::Unit>(b); }
+  // Adds the block `target` unless it was freed.
+  static void add_live(PointerTables::Unit target, BlockList& out) noexcept;
+  void note_host_words(CUdeviceptr dst, const void* src, std::size_t bytes) noexcept;
+  void note_device_copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) noexcept;
+  void note_unified_copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) noexcept;
   // The one shape of work that names tracked blocks: make them resident for
-  // `stream`, forward, record the use if the work went out, unpin.
+  // the stream `key`, forward, record the use if the work went out, unpin.
   template <class Forward>
-  CUresult use(const BlockList& blocks, CUstream stream, Forward& forward) noexcept {
+  CUresult use(BlockList& blocks, CUstream key, bool capturing, Forward& forward) noexcept {
     if (blocks.empty()) return forward();
-    if (CUresult r = before_use(blocks, stream)) return r;
+    if (CUresult r = before_use(blocks, key)) return r;
     const CUresult r = forward();
-    after_use(blocks, stream, r == CUDA_SUCCESS);
+    after_use(blocks, key, capturing, r == CUDA_SUCCESS);
     return r;
   }
-  CUresult before_use(const BlockList& blocks, CUstream stream) noexcept;
-  void after_use(const BlockList& blocks, CUstream stream, bool enqueued) noexcept;
-  // A launch went out on `stream` naming `blocks`.
-  void note_launch(const BlockList& blocks, CUstream stream) noexcept;
+  CUresult before_use(BlockList& blocks, CUstream key) noexcept;
+  void after_use(const BlockList& blocks, CUstream key, bool capturing, bool enqueued) noexcept;
+  // A launch went out on the stream `key` naming `blocks`.
+  void note_launch(const BlockList& blocks, CUstream key, bool capturing) noexcept;
   bool tracked_attribute(CUpointer_attribute attr, CUdeviceptr p, void* data) noexcept;
   void virtual_meminfo(std::size_t* free_bytes, std::size_t* total_bytes) noexcept;
   void add_live(std::int64_t delta) noexcept;
@@ -199,7 +260,8 @@ class Engine {
   std::unique_ptr<alloc::Allocator> alloc_;
   CUcontext ctx_;
   CUmemoryPool default_pool_;
-  ParamLayouts layouts_;
+  ParamLayouts& layouts_ = ParamLayouts::process();
+  PointerTables pointers_;
   CaptureTracker captures_;
   StreamIds streams_;
   std::unique_ptr<Recorder> recorder_;      // null unless TIERRT_RECORD or TIERRT_TRACE

@@ -34,6 +34,7 @@ struct Settings {
   std::string record;                                    // TIERRT_RECORD: event-stream file (trace format)
   LogLevel log_level = LogLevel::Warn;                  // TIERRT_LOG
   std::string log_file;                                  // TIERRT_LOG_FILE ("" is stderr)
+  std::uint64_t pointer_scan_bytes = 64ull << 10;        // TIERRT_POINTER_SCAN_BYTES (bytes; 0: no scan)
 };
 
 // The names of every variable Settings reads, for documentation and checks.
@@ -42,6 +43,7 @@ inline constexpr const char* kSettingVariables[] = {
     "TIERRT_SPILL_MODE", "TIERRT_POLICY",    "TIERRT_LINK",        "TIERRT_VIRTUAL_MEMINFO",
     "TIERRT_STATS",  "TIERRT_TRACE",         "TIERRT_RECORD",      "TIERRT_LOG",
     "TIERRT_LOG_FILE",
+    "TIERRT_POINTER_SCAN_BYTES",
 };
 
 // Reads the environment through getenv_fn (std::getenv when null). Returns

@@ -1,0 +1,32 @@
+// Per-thread default streams, told apart. The driver knows every thread's
+// per-thread default stream by one handle, CU_STREAM_PER_THREAD, and
+// resolves it on the calling thread; tierrt must tell them apart (a use on
+// one thread's stream is not ordered with another thread's work). tierrt
+// therefore names each thread's per-thread default stream by a key of its
+// own, a value no driver handle takes (stream handles are aligned pointers,
+// and the driver's special handles are 0x1 and 0x2), and every call through
+// TIERRT_CU turns a key back into CU_STREAM_PER_THREAD. Such a call must be
+// made on the key's own thread, as the driver would resolve the handle.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace tierrt::drv {
+
+inline constexpr std::uintptr_t kPerThreadKeyTag = 0x6, kPerThreadKeyMask = 0xf;
+
+// The key of the per-thread default stream of the thread numbered `n` (>= 1).
+inline CUstream per_thread_stream_key(std::uint64_t n) noexcept {
+  return reinterpret_cast<CUstream>(static_cast<std::uintptr_t>(n << 4) | kPerThreadKeyTag);
+}
+inline bool is_per_thread_stream_key(CUstream s) noexcept {
+  return (reinterpret_cast<std::uintptr_t>(s) & kPerThreadKeyMask) == kPerThreadKeyTag;
+}
+// What the driver is given for a stream tierrt names by `s`.
+inline CUstream driver_stream(CUstream s) noexcept {
+  return is_per_thread_stream_key(s) ? CU_STREAM_PER_THREAD : s;
+}
+
+}  // namespace tierrt::drv
