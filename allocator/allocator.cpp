@@ -208,6 +208,19 @@ void Allocator::set_class(Block* b, std::uint8_t lifetime) noexcept { p_->blocks
 void Allocator::set_observer(MoveObserver* observer) noexcept { p_->mover->set_observer(observer); }
 std::uint64_t Allocator::trim(std::uint64_t bytes) noexcept { return p_->trim(bytes); }
 void Allocator::drain() noexcept { p_->blocks.wait_moves_done(); }
+
+void Allocator::hold_moves() noexcept {
+  {
+    auto l = p_->blocks.lock();
+    p_->mover->hold_locked();
+  }
+  drain();
+}
+
+void Allocator::resume_moves() noexcept {
+  auto l = p_->blocks.lock();
+  p_->mover->resume_locked();
+}
 SpillMode Allocator::mode() const noexcept { return p_->backing->mode(); }
 std::size_t Allocator::granularity() const noexcept { return p_->arena.granularity(); }
 

@@ -16,6 +16,10 @@
 #include "driver/driver.h"
 #undef cuGetProcAddress
 extern "C" CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags);
+// Likewise cuStreamBeginCapture: the name alone is CUDA 10.0's form, which
+// takes no mode (a global-mode capture); the driver still exports it.
+#undef cuStreamBeginCapture
+extern "C" CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream);
 
 #define TIERRT_HOOKS(X)                                                              \
   X(cuMemAlloc_v2, cuMemAlloc_v2)                                                    \
@@ -74,7 +78,28 @@ extern "C" CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int
   X(cuStreamSynchronize, cuStreamSynchronize)                                        \
   X(cuStreamSynchronize_ptsz, cuStreamSynchronize)                                   \
   X(cuGetProcAddress, cuGetProcAddress)                                              \
-  X(cuGetProcAddress_v2, cuGetProcAddress_v2)
+  X(cuGetProcAddress_v2, cuGetProcAddress_v2)                                        \
+  X(cuStreamBeginCapture, cuStreamBeginCapture)                                      \
+  X(cuStreamBeginCapture_ptsz, cuStreamBeginCapture)                                 \
+  X(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph)                        \
+  X(cuStreamBeginCaptureToGraph_ptsz, cuStreamBeginCaptureToGraph)                   \
+  X(cuEventRecord, cuEventRecord)                                                    \
+  X(cuEventRecord_ptsz, cuEventRecord)                                               \
+  X(cuEventRecordWithFlags, cuEventRecordWithFlags)                                  \
+  X(cuEventRecordWithFlags_ptsz, cuEventRecordWithFlags)                             \
+  X(cuStreamWaitEvent, cuStreamWaitEvent)                                            \
+  X(cuStreamWaitEvent_ptsz, cuStreamWaitEvent)                                       \
+  X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags)                        \
+  X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams)                      \
+  X(cuGraphInstantiateWithParams_ptsz, cuGraphInstantiateWithParams)                 \
+  X(cuGraphExecUpdate_v2, cuGraphExecUpdate_v2)                                      \
+  X(cuGraphAddKernelNode_v2, cuGraphAddKernelNode_v2)                                \
+  X(cuGraphKernelNodeSetParams_v2, cuGraphKernelNodeSetParams_v2)                    \
+  X(cuGraphExecKernelNodeSetParams_v2, cuGraphExecKernelNodeSetParams_v2)            \
+  X(cuGraphAddMemcpyNode, cuGraphAddMemcpyNode)                                      \
+  X(cuGraphAddMemsetNode, cuGraphAddMemsetNode)                                      \
+  X(cuGraphDestroy, cuGraphDestroy)                                                  \
+  X(cuGraphExecDestroy, cuGraphExecDestroy)
 
 namespace tierrt::preload {
 
