@@ -3,7 +3,8 @@
 //   probe PATH [SCENARIO]
 // PATH: direct | dlsym | procaddr-11030 | procaddr-12000 | procaddr-13000 |
 //       procaddr-ptsz | cudart-like
-// SCENARIO: oversubscribe (default) | training | kernel | wide-kernel | capture | torch | fork | exit-in-flight | off
+// SCENARIO: oversubscribe (default) | training | kernel | wide-kernel | capture | capture-before-start | torch |
+//           fork | exit-in-flight | off
 // It allocates three times the device's memory in idle blocks, fills them,
 // reads them all back bit for bit, and asks tierrt's own stats (not its log)
 // whether its hooks carried the allocations. Exit status 0 means success.
@@ -270,9 +271,9 @@ void kernel_naming_many_spilled_blocks(const Api& a) {
   std::printf("a kernel naming %zu spilled blocks saw every one's data\n", kWideBlocks);
 }
 
-// A block a captured graph names stays resident: the graph's replays never
-// pass through a hook, so nothing may move the block under them.
-void captured_graph_keeps_block_resident(const Api& a) {
+// A block a captured graph names may spill between the graph's launches:
+// each cuGraphLaunch makes it resident before the graph runs.
+void captured_graph_makes_its_block_resident_at_launch(const Api& a) {
   CUfunction f = add_one_function(a);
   const size_t bytes = 8u << 20;
   CUdeviceptr p;
@@ -288,7 +289,7 @@ void captured_graph_keeps_block_resident(const Api& a) {
   CUgraphExec exec;
   check(cuStreamEndCapture(s, &g), "cuStreamEndCapture");
   check(cuGraphInstantiate(&exec, g, 0), "cuGraphInstantiate");
-  // Press on device memory: everything idle may spill, the captured block not.
+  // Press on device memory: everything idle may spill, the captured block too.
   size_t free_b = 0, total = 0;
   check(a.mem_info(&free_b, &total), "cuMemGetInfo");
   std::vector<CUdeviceptr> others(2 * total / (16u << 20));
@@ -296,7 +297,7 @@ void captured_graph_keeps_block_resident(const Api& a) {
     check(a.alloc(&others[i], 16u << 20), "cuMemAlloc (pressure)");
     fill(a, others[i], 16u << 20, 100 + i);
   }
-  if (tierrt_advise_now(p, TIERRT_ADVISE_SPILL) == 0) fail("tierrt agreed to spill a block a graph names");
+  if (tierrt_advise_now(p, TIERRT_ADVISE_SPILL) != 0) fail("a block a graph names stayed pinned between launches");
   check(cuGraphLaunch(exec, s), "cuGraphLaunch");
   check(cuGraphLaunch(exec, s), "cuGraphLaunch");
   check(cuStreamSynchronize(s), "cuStreamSynchronize");
@@ -306,8 +307,40 @@ void captured_graph_keeps_block_resident(const Api& a) {
   if (!tierrt_stats_now(&st) || st.spills == 0) fail("the pressure did not make tierrt spill anything");
   check(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
   check(cuGraphDestroy(g), "cuGraphDestroy");
-  std::printf("captured graph replayed twice on its resident block while %llu others spilled\n",
+  std::printf("captured graph replayed twice on its block, spilled before, while %llu others spilled\n",
               static_cast<unsigned long long>(st.spills));
+}
+
+// A capture begun before tierrt started (it starts on the first allocation)
+// is found when tierrt first meets the capturing stream: the block the
+// capture frees is the graph's until the graph runs, never the next
+// allocation's.
+void capture_begun_before_tierrt(const Api& a) {
+  CUstream s;
+  check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  check(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
+  tierrt_stats st{};
+  if (tierrt_stats_now(&st)) fail("tierrt started before the first allocation");
+  const size_t bytes = 8u << 20;
+  CUdeviceptr p, q;
+  check(a.alloc(&p, bytes), "cuMemAlloc");
+  fill(a, p, bytes, 11);
+  check(cuMemFreeAsync(p, s), "cuMemFreeAsync under capture");
+  check(a.alloc(&q, bytes), "cuMemAlloc");
+  if (q == p) fail("an allocation was given the memory a captured free leaves to its graph");
+  fill(a, q, bytes, 12);
+  CUgraph g;
+  CUgraphExec exec;
+  check(cuStreamEndCapture(s, &g), "cuStreamEndCapture");
+  check(cuGraphInstantiate(&exec, g, 0), "cuGraphInstantiate");
+  check(cuGraphLaunch(exec, s), "cuGraphLaunch");
+  check(cuStreamSynchronize(s), "cuStreamSynchronize");
+  verify(a, q, bytes, 12, 0);
+  check(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+  check(cuGraphDestroy(g), "cuGraphDestroy");
+  check(a.free(q), "cuMemFree");
+  check(cuStreamDestroy(s), "cuStreamDestroy");
+  std::printf("a capture begun before tierrt started kept its freed block from the next allocation\n");
 }
 
 // A training loop: each step writes one activation per layer going forward
@@ -454,7 +487,9 @@ int main(int argc, char** argv) {
   } else if (scenario == "training") {
     training_loop(a);
   } else if (scenario == "capture") {
-    captured_graph_keeps_block_resident(a);
+    captured_graph_makes_its_block_resident_at_launch(a);
+  } else if (scenario == "capture-before-start") {
+    capture_begun_before_tierrt(a);
   } else if (scenario == "torch") {
     torch_entry_points(a);
   } else if (scenario == "kernel") {
