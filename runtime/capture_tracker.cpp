@@ -18,7 +18,7 @@ const void* CaptureTracker::thread_token() noexcept {
   return &token;
 }
 
-void CaptureTracker::add(CUstream s, std::uint64_t id, int mode, bool origin, bool discovered) noexcept {
+void CaptureTracker::add(CUstream s, std::uint64_t id, int mode, bool discovered) noexcept {
   int first_mode = 0;
   if (!mode_of(id, &first_mode) && mode == CU_STREAM_CAPTURE_MODE_GLOBAL) {
     globals_.fetch_add(1, std::memory_order_acq_rel);
@@ -31,7 +31,6 @@ void CaptureTracker::add(CUstream s, std::uint64_t id, int mode, bool origin, bo
     slot.thread.store(per_thread(s) ? thread_token() : nullptr, std::memory_order_relaxed);
     slot.id.store(id, std::memory_order_relaxed);
     slot.mode.store(mode, std::memory_order_relaxed);
-    slot.origin.store(origin, std::memory_order_relaxed);
     slot.state.store(kLive, std::memory_order_release);
     active_.fetch_add(1, std::memory_order_acq_rel);
     return;
@@ -44,28 +43,29 @@ void CaptureTracker::add(CUstream s, std::uint64_t id, int mode, bool origin, bo
 
 bool CaptureTracker::begin(CUstream s, CUstreamCaptureMode mode, std::uint64_t id) noexcept {
   if (find(s) != nullptr) return false;  // found through the driver already, and held
-  add(s, id, mode, true, false);
+  add(s, id, mode, false);
   return true;
 }
 
-CaptureTracker::Ended CaptureTracker::end(CUstream s) noexcept {
+CaptureTracker::Ended CaptureTracker::end(std::uint64_t id) noexcept {
   Ended ended;
-  const Slot* origin = find(s);
-  if (origin == nullptr || !origin->origin.load(std::memory_order_relaxed)) {
+  int mode = 0;
+  if (!mode_of(id, &mode)) {
+    // A capture whose stream found no free slot: one of the overflow's ends.
     int n = overflow_.load(std::memory_order_acquire);
-    while (origin == nullptr && n > 0 && !overflow_.compare_exchange_weak(n, n - 1, std::memory_order_acq_rel)) {
+    while (n > 0 && !overflow_.compare_exchange_weak(n, n - 1, std::memory_order_acq_rel)) {
     }
-    if (origin == nullptr && n > 0) active_.fetch_sub(kOverflow, std::memory_order_acq_rel);
+    if (n > 0) active_.fetch_sub(kOverflow, std::memory_order_acq_rel);
     return ended;
   }
-  ended.id = origin->id.load(std::memory_order_relaxed);
-  ended.global = origin->mode.load(std::memory_order_relaxed) == CU_STREAM_CAPTURE_MODE_GLOBAL;
+  ended.id = id;
+  ended.global = mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
   for (Slot& slot : slots_) {
     int expected = kLive;
-    if (slot.id.load(std::memory_order_relaxed) != ended.id ||
+    if (slot.id.load(std::memory_order_relaxed) != id ||
         !slot.state.compare_exchange_strong(expected, kBusy, std::memory_order_acq_rel))
       continue;
-    if (slot.id.load(std::memory_order_relaxed) == ended.id) {
+    if (slot.id.load(std::memory_order_relaxed) == id) {
       slot.stream.store(nullptr, std::memory_order_relaxed);
       slot.state.store(kFree, std::memory_order_release);
       active_.fetch_sub(1, std::memory_order_acq_rel);
@@ -75,7 +75,7 @@ CaptureTracker::Ended CaptureTracker::end(CUstream s) noexcept {
   }
   if (recorded_.load(std::memory_order_acquire) != 0)
     for (EventSlot& e : events_) {
-      if (e.id.load(std::memory_order_relaxed) != ended.id) continue;
+      if (e.id.load(std::memory_order_relaxed) != id) continue;
       CUevent ev = e.ev.load(std::memory_order_relaxed);
       e.id.store(0, std::memory_order_release);
       if (ev != nullptr && e.ev.compare_exchange_strong(ev, nullptr, std::memory_order_acq_rel))
@@ -142,9 +142,8 @@ void CaptureTracker::discover(CUstream s) noexcept {
   if (TIERRT_CU(cuStreamGetCaptureInfo, s, &status, &id, nullptr, nullptr, nullptr, nullptr) != CUDA_SUCCESS ||
       status == CU_STREAM_CAPTURE_STATUS_NONE || find(s) != nullptr)
     return;
-  // Its mode is not for tierrt to know: held as if global. The application
-  // ends it on its origin stream, which may be this one.
-  add(s, id, CU_STREAM_CAPTURE_MODE_GLOBAL, true, true);
+  // Its mode is not for tierrt to know: held as if global.
+  add(s, id, CU_STREAM_CAPTURE_MODE_GLOBAL, true);
 }
 
 void CaptureTracker::note_record(CUevent ev, CUstream s) noexcept {
@@ -182,7 +181,7 @@ void CaptureTracker::note_wait(CUstream s, CUevent ev) noexcept {
     if (e.ev.load(std::memory_order_acquire) != ev) continue;
     const std::uint64_t id = e.id.load(std::memory_order_acquire);
     int mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-    if (id != 0 && capture_id(s) != id && mode_of(id, &mode)) add(s, id, mode, false, false);
+    if (id != 0 && capture_id(s) != id && mode_of(id, &mode)) add(s, id, mode, false);
     return;
   }
 }

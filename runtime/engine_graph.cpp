@@ -49,22 +49,33 @@ bool Engine::capture_began(CUstream s, CUstreamCaptureMode mode) noexcept {
   return captures_.begin(s, mode, id);
 }
 
-void Engine::capture_ended(CUstream s, CUgraph graph) noexcept {
+std::uint64_t Engine::capture_of(CUstream s) noexcept {
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  cuuint64_t id = 0;
+  // The driver's id names the capture even when tierrt met only a stream
+  // joined to it, never its origin.
+  if (TIERRT_CU(cuStreamGetCaptureInfo, s, &status, &id, nullptr, nullptr, nullptr, nullptr) == CUDA_SUCCESS &&
+      status != CU_STREAM_CAPTURE_STATUS_NONE && id != 0)
+    return id;
+  return captures_.capture_id(s);
+}
+
+void Engine::capture_ended(CUstream s, std::uint64_t id, CUgraph graph) noexcept {
   // The capture is over once the driver says so, whatever cuStreamEndCapture
   // returned (it ends an invalidated capture too; on the wrong thread or
-  // stream it ends nothing).
+  // stream it ends nothing). Every stream joined to it ends with it.
   CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-  if (TIERRT_CU(cuStreamGetCaptureInfo, s, &status, nullptr, nullptr, nullptr, nullptr, nullptr) == CUDA_SUCCESS &&
-      status != CU_STREAM_CAPTURE_STATUS_NONE)
+  if (id == 0 ||
+      (TIERRT_CU(cuStreamGetCaptureInfo, s, &status, nullptr, nullptr, nullptr, nullptr, nullptr) == CUDA_SUCCESS &&
+       status != CU_STREAM_CAPTURE_STATUS_NONE))
     return;
-  const CaptureTracker::Ended ended = captures_.end(s);
+  const CaptureTracker::Ended ended = captures_.end(id);
   if (ended.id != 0) {
     try {
       graphs_.capture_ended(ended.id, graph);
     } catch (const std::bad_alloc&) {
-      // What the capture named is lost with it: its blocks were never pinned.
-      // The graph's launches then make nothing resident, which copy mode
-      // cannot afford; none of this is reachable short of memory exhaustion.
+      // Out of host memory: what the capture named is lost, and the graph's
+      // launches make nothing resident.
     }
   }
   if (ended.global) alloc_->resume_moves();

@@ -25,13 +25,12 @@ class CaptureTracker {
     bool global = false;   // it held memory moves (global mode, or mode unknown)
   };
 
-  // `s` began capture `id` in `mode`: it is the capture's origin stream.
-  // False when the capture was already found through the driver (and holds
+  // `s` began capture `id` in `mode`. False when the capture was already found through the driver (and holds
   // moves as a global one would).
   bool begin(CUstream s, CUstreamCaptureMode mode, std::uint64_t id) noexcept;
-  // The capture whose origin is `s` ended: it and every stream joined to it
-  // stop capturing. Nothing (id 0) when `s` is no capture's origin.
-  Ended end(CUstream s) noexcept;
+  // Capture `id` ended: every stream in it stops capturing. Nothing (id 0)
+  // when no stream of it was known.
+  Ended end(std::uint64_t id) noexcept;
 
   // cuEventRecord(ev, s) went out: an event recorded into a capture joins
   // whoever waits on it to that capture.
@@ -71,7 +70,6 @@ class CaptureTracker {
     std::atomic<const void*> thread{nullptr};  // the owner of a per-thread default stream
     std::atomic<std::uint64_t> id{0};
     std::atomic<int> mode{CU_STREAM_CAPTURE_MODE_GLOBAL};
-    std::atomic<bool> origin{false};
   };
   struct EventSlot {
     std::atomic<CUevent> ev{nullptr};
@@ -84,7 +82,7 @@ class CaptureTracker {
   // Adds `s` to capture `id`; the first stream of a global-mode capture
   // counts it, and holds moves when found through the driver (a hook-begun
   // capture was held before it began).
-  void add(CUstream s, std::uint64_t id, int mode, bool origin, bool discovered) noexcept;
+  void add(CUstream s, std::uint64_t id, int mode, bool discovered) noexcept;
   const Slot* find(CUstream s) const noexcept;
   // The mode of capture `id`, when a live slot has it.
   bool mode_of(std::uint64_t id, int* mode) const noexcept;

@@ -193,8 +193,9 @@ class Engine {
   // cuStreamEndCapture: what the capture named belongs to the graph made.
   template <class Forward>
   CUresult end_capture(CUstream s, CUgraph* graph, Forward&& forward) noexcept {
+    const std::uint64_t id = capture_of(s);
     const CUresult r = forward();
-    capture_ended(s, r == CUDA_SUCCESS && graph ? *graph : nullptr);
+    capture_ended(s, id, r == CUDA_SUCCESS && graph ? *graph : nullptr);
     return r;
   }
   // Side streams join a capture through events: cuEventRecord(WithFlags) and
@@ -310,7 +311,10 @@ class Engine {
   void note_captured(const BlockList& blocks, CUstream stream, bool known) noexcept;
   bool free_captured(CUdeviceptr ptr, CUstream stream) noexcept;
   bool capture_began(CUstream s, CUstreamCaptureMode mode) noexcept;
-  void capture_ended(CUstream s, CUgraph graph) noexcept;
+  // The capture `s` takes part in (the driver's id, or tierrt's own name for
+  // it); 0 when none.
+  std::uint64_t capture_of(CUstream s) noexcept;
+  void capture_ended(CUstream s, std::uint64_t id, CUgraph graph) noexcept;
   static void hold_for_discovered_capture(void* engine) noexcept;
   // The blocks `exec` names; true when some of its nodes could not be read.
   bool collect_graph(CUgraphExec exec, BlockList& out) noexcept;
