@@ -3,8 +3,8 @@
 //   probe PATH [SCENARIO]
 // PATH: direct | dlsym | procaddr-11030 | procaddr-12000 | procaddr-13000 |
 //       procaddr-ptsz | cudart-like
-// SCENARIO: oversubscribe (default) | training | kernel | wide-kernel | capture | capture-before-start | torch |
-//           fork | exit-in-flight | off
+// SCENARIO: oversubscribe (default) | training | kernel | wide-kernel | capture | capture-before-start |
+//           capture-side-stream | torch | fork | exit-in-flight | off
 // It allocates three times the device's memory in idle blocks, fills them,
 // reads them all back bit for bit, and asks tierrt's own stats (not its log)
 // whether its hooks carried the allocations. Exit status 0 means success.
@@ -343,6 +343,51 @@ void capture_begun_before_tierrt(const Api& a) {
   std::printf("a capture begun before tierrt started kept its freed block from the next allocation\n");
 }
 
+// Through the hooks: a side stream joined to a capture by an event captures
+// too (a block it frees stays the graph's), and cuMemAllocAsync inside a
+// capture is the driver's, not tierrt's.
+void capture_side_stream_and_graph_memory(const Api& a) {
+  const size_t bytes = 8u << 20;
+  CUdeviceptr p, q;
+  check(a.alloc(&p, bytes), "cuMemAlloc");
+  fill(a, p, bytes, 21);
+  CUstream s, side;
+  CUevent ev;
+  check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  check(cuStreamCreate(&side, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  check(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  tierrt_stats before{}, after{};
+  if (!tierrt_stats_now(&before)) fail("tierrt is not running");
+  check(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
+  CUdeviceptr graph_memory = 0;
+  const CUresult in_graph = cuMemAllocAsync(&graph_memory, bytes, s);
+  if (!tierrt_stats_now(&after) || after.allocations != before.allocations)
+    fail("an allocation inside a capture became tierrt's");
+  if (in_graph == CUDA_SUCCESS) check(cuMemFreeAsync(graph_memory, s), "cuMemFreeAsync of graph memory");
+  check(cuEventRecord(ev, s), "cuEventRecord under capture");
+  check(cuStreamWaitEvent(side, ev, 0), "cuStreamWaitEvent on the capture's event");
+  check(cuMemFreeAsync(p, side), "cuMemFreeAsync on the joined stream");
+  check(cuEventRecord(ev, side), "cuEventRecord on the joined stream");
+  check(cuStreamWaitEvent(s, ev, 0), "cuStreamWaitEvent joining back");
+  check(a.alloc(&q, bytes), "cuMemAlloc");
+  if (q == p) fail("an allocation was given the memory a side stream's captured free leaves to its graph");
+  fill(a, q, bytes, 22);
+  CUgraph g;
+  CUgraphExec exec;
+  check(cuStreamEndCapture(s, &g), "cuStreamEndCapture");
+  check(cuGraphInstantiate(&exec, g, 0), "cuGraphInstantiate");
+  check(cuGraphLaunch(exec, s), "cuGraphLaunch");
+  check(cuStreamSynchronize(s), "cuStreamSynchronize");
+  verify(a, q, bytes, 22, 0);
+  check(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+  check(cuGraphDestroy(g), "cuGraphDestroy");
+  check(a.free(q), "cuMemFree");
+  check(cuEventDestroy(ev), "cuEventDestroy");
+  check(cuStreamDestroy(side), "cuStreamDestroy");
+  check(cuStreamDestroy(s), "cuStreamDestroy");
+  std::printf("a side stream joined by an event kept its freed block from the next allocation\n");
+}
+
 // A training loop: each step writes one activation per layer going forward
 // and reads them back in reverse going backward, more than the device budget
 // holds. A device-side check flags any activation that does not hold what
@@ -490,6 +535,8 @@ int main(int argc, char** argv) {
     captured_graph_makes_its_block_resident_at_launch(a);
   } else if (scenario == "capture-before-start") {
     capture_begun_before_tierrt(a);
+  } else if (scenario == "capture-side-stream") {
+    capture_side_stream_and_graph_memory(a);
   } else if (scenario == "torch") {
     torch_entry_points(a);
   } else if (scenario == "kernel") {
