@@ -19,11 +19,10 @@ const void* CaptureTracker::thread_token() noexcept {
 }
 
 void CaptureTracker::add(CUstream s, std::uint64_t id, int mode, bool discovered) noexcept {
-  int first_mode = 0;
-  if (!mode_of(id, &first_mode) && mode == CU_STREAM_CAPTURE_MODE_GLOBAL) {
-    globals_.fetch_add(1, std::memory_order_acq_rel);
-    if (discovered && hold_fn_) hold_fn_(hold_owner_);
-  }
+  // Every stream of a capture has the capture's mode: the first one's.
+  int known_mode = 0;
+  if (mode_of(id, &known_mode)) mode = known_mode;
+  else if (discovered && hold_fn_) hold_fn_(hold_owner_);
   for (Slot& slot : slots_) {
     int expected = kFree;
     if (!slot.state.compare_exchange_strong(expected, kBusy, std::memory_order_acq_rel)) continue;
@@ -42,9 +41,12 @@ void CaptureTracker::add(CUstream s, std::uint64_t id, int mode, bool discovered
 }
 
 bool CaptureTracker::begin(CUstream s, CUstreamCaptureMode mode, std::uint64_t id) noexcept {
-  if (find(s) != nullptr) return false;  // found through the driver already, and held
-  add(s, id, mode, false);
-  return true;
+  // Found through the driver already (it, or a stream joined to it), and
+  // held as a global one.
+  int known_mode = 0;
+  const bool known_capture = mode_of(id, &known_mode);
+  if (find(s) == nullptr) add(s, id, mode, false);
+  return !known_capture;
 }
 
 CaptureTracker::Ended CaptureTracker::end(std::uint64_t id) noexcept {
@@ -81,7 +83,6 @@ CaptureTracker::Ended CaptureTracker::end(std::uint64_t id) noexcept {
       if (ev != nullptr && e.ev.compare_exchange_strong(ev, nullptr, std::memory_order_acq_rel))
         recorded_.fetch_sub(1, std::memory_order_acq_rel);
     }
-  if (ended.global) globals_.fetch_sub(1, std::memory_order_acq_rel);
   return ended;
 }
 
@@ -110,9 +111,7 @@ std::uint64_t CaptureTracker::capture_id(CUstream s) const noexcept {
 
 bool CaptureTracker::capturing_slow(CUstream s) const noexcept {
   if (active_.load(std::memory_order_acquire) >= kOverflow) return true;
-  if (find(s) != nullptr) return true;
-  const bool legacy = s == nullptr || s == CU_STREAM_LEGACY;
-  return legacy && global_open();
+  return find(s) != nullptr;
 }
 
 // A stream is asked about once: after that, every capture it begins or joins

@@ -2,6 +2,9 @@
 // joined through events, nothing of tierrt's recorded into a capture, moves
 // held while a global-mode capture is open, allocations and frees inside a
 // capture.
+#include <thread>
+
+#include "runtime/capture_tracker.h"
 #include "tests/runtime/graph_test_support.h"
 
 namespace tierrt {
@@ -177,6 +180,38 @@ TEST_F(GraphTest, ACapturedFreeHappensWhenTheGraphFirstRuns) {
   EXPECT_FALSE(advise(a, TIERRT_ADVISE_PIN)) << "the graph's launch did not free the block";
   destroy(g, exec);
   EXPECT_EQ(CUDA_SUCCESS, free_now(b));
+}
+
+// Per-thread default streams share one handle: one thread's capture is not
+// another's.
+TEST(CaptureTracker, PerThreadDefaultStreamsCaptureApart) {
+  CaptureTracker t;
+  EXPECT_TRUE(t.begin(CU_STREAM_PER_THREAD, CU_STREAM_CAPTURE_MODE_RELAXED, 5));
+  EXPECT_TRUE(t.capturing(CU_STREAM_PER_THREAD));
+  bool other_thread = true;
+  std::thread([&] { other_thread = t.capturing(CU_STREAM_PER_THREAD); }).join();
+  EXPECT_FALSE(other_thread) << "another thread's per-thread stream was taken for the capturing one";
+  EXPECT_EQ(5u, t.end(5).id);
+  EXPECT_FALSE(t.capturing(CU_STREAM_PER_THREAD));
+}
+
+// The legacy stream never captures; a capture's streams all end with it,
+// and it says whether it held moves.
+TEST(CaptureTracker, ACaptureEndsForAllItsStreamsAndSaysItsMode) {
+  CaptureTracker t;
+  auto stream = [](std::uintptr_t n) { return reinterpret_cast<CUstream>(n); };
+  auto event = reinterpret_cast<CUevent>(std::uintptr_t{0x99});
+  EXPECT_TRUE(t.begin(stream(0x10), CU_STREAM_CAPTURE_MODE_GLOBAL, 3));
+  EXPECT_FALSE(t.capturing(CU_STREAM_LEGACY));
+  t.note_record(event, stream(0x10));
+  t.note_wait(stream(0x20), event);
+  EXPECT_EQ(3u, t.capture_id(stream(0x20)));
+  const CaptureTracker::Ended ended = t.end(3);
+  EXPECT_EQ(3u, ended.id);
+  EXPECT_TRUE(ended.global);
+  EXPECT_FALSE(t.capturing(stream(0x10)));
+  EXPECT_FALSE(t.capturing(stream(0x20)));
+  EXPECT_EQ(0u, t.end(3).id) << "a capture ended twice";
 }
 
 }  // namespace

@@ -39,8 +39,9 @@ class CaptureTracker {
   // recorded in, if any.
   void note_wait(CUstream s, CUevent ev) noexcept;
 
-  // True when work on `s` is being captured, or when a global-mode capture is
-  // active and `s` is the legacy stream (which such a capture forbids anyway).
+  // True when work on `s` is being captured. The legacy stream never is:
+  // work on it runs (or the driver refuses it while a blocking stream
+  // captures in global mode).
   bool capturing(CUstream s) noexcept {
     if (!known(s)) discover(s);
     if (active_.load(std::memory_order_acquire) == 0) return false;
@@ -48,8 +49,6 @@ class CaptureTracker {
   }
   // The capture `s` takes part in; 0 when none is known.
   std::uint64_t capture_id(CUstream s) const noexcept;
-  // Global-mode captures open anywhere in the process.
-  bool global_open() const noexcept { return globals_.load(std::memory_order_acquire) != 0; }
 
   // Told of every capture found through the driver (its mode unknown: held
   // as global) before it is visible; its end() says global. Set once, before
@@ -79,9 +78,9 @@ class CaptureTracker {
   bool known(CUstream s) noexcept;
   void discover(CUstream s) noexcept;
   bool capturing_slow(CUstream s) const noexcept;
-  // Adds `s` to capture `id`; the first stream of a global-mode capture
-  // counts it, and holds moves when found through the driver (a hook-begun
-  // capture was held before it began).
+  // Adds `s` to capture `id`; the first stream of a capture found through
+  // the driver holds moves (a hook-begun global-mode capture was held before
+  // it began).
   void add(CUstream s, std::uint64_t id, int mode, bool discovered) noexcept;
   const Slot* find(CUstream s) const noexcept;
   // The mode of capture `id`, when a live slot has it.
@@ -94,7 +93,6 @@ class CaptureTracker {
   std::atomic<CUstream> known_[kKnown] = {};
   std::atomic<int> active_{0};    // live slots, +kOverflow per stream that found none free
   std::atomic<int> overflow_{0};  // streams capturing that found no free slot
-  std::atomic<int> globals_{0};   // captures holding moves
   std::atomic<int> recorded_{0};  // live event slots
   HoldFn hold_fn_ = nullptr;
   void* hold_owner_ = nullptr;
