@@ -60,6 +60,11 @@ TEST_F(GraphTest, ASideStreamJoinedThroughAnEventCaptures) {
   EXPECT_EQ(CUDA_SUCCESS, free_on(a, other_));
   const CUdeviceptr b = allocate(kBytes, nullptr);
   EXPECT_NE(a, b) << "a block freed on a joined side stream was handed out again";
+  // The side stream joins back before the capture ends, as the driver asks.
+  ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuEventRecord, ev, other_));
+  e_->note_event_record(ev, other_);
+  ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuStreamWaitEvent, s_, ev, 0u));
+  e_->note_stream_wait(s_, ev);
   CUgraph g = end(s_);
   EXPECT_FALSE(e_->capturing(other_)) << "a side stream kept capturing after its capture ended";
   // An event recorded outside any capture joins nobody.
