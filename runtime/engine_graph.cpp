@@ -84,7 +84,7 @@ void Engine::capture_ended(CUstream s, std::uint64_t id, CUgraph graph) noexcept
 void Engine::note_captured(const BlockList& blocks, CUstream stream, bool known) noexcept {
   if (blocks.empty() && known) return;
   const std::uint64_t id = captures_.capture_id(stream);
-  if (id == 0 || blocks.incomplete()) return pin_for_good(blocks, stream);
+  if (id == 0) return pin_for_good(blocks, stream);
   // The node the work became, when the driver says (the capture's one
   // dependency right after it), so that a later change of its parameters
   // replaces what it names.
@@ -96,14 +96,14 @@ void Engine::note_captured(const BlockList& blocks, CUstream stream, bool known)
       ndeps == 1 && deps != nullptr)
     node = deps[0];
   try {
-    graphs_.captured(id, node, addresses_of(blocks), known);
+    graphs_.captured(id, node, addresses_of(blocks), known && !blocks.incomplete());
   } catch (const std::bad_alloc&) {
     pin_for_good(blocks, stream);
   }
 }
 
 void Engine::pin_for_good(const BlockList& blocks, CUstream stream) noexcept {
-  (void)alloc_->record_use(blocks.span(), stream, /*capturing=*/true);
+  if (!blocks.empty()) (void)alloc_->record_use(blocks.span(), stream, /*capturing=*/true);
 }
 
 bool Engine::free_captured(CUdeviceptr ptr, CUstream stream) noexcept {
@@ -130,8 +130,10 @@ bool Engine::collect_graph(CUgraphExec exec, BlockList& out) noexcept {
 
 void Engine::graph_launched(CUgraphExec exec, const BlockList& blocks, CUstream stream, bool unknown,
                             bool enqueued) noexcept {
-  if (enqueued && unknown) pin_for_good(blocks, stream);
-  after_use(blocks, stream, enqueued);
+  if (!blocks.empty()) {
+    if (enqueued && unknown) pin_for_good(blocks, stream);
+    after_use(blocks, stream, enqueued);
+  }
   if (!enqueued) return;
   try {
     for (CUdeviceptr p : graphs_.take_frees(exec)) {
