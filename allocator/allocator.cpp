@@ -246,6 +246,19 @@ std::uint64_t Allocator::trim(std::uint64_t bytes) noexcept {
   return sum < bytes ? sum + p_->slabs.release_empty(/*wait=*/false) : sum;
 }
 void Allocator::drain() noexcept { p_->blocks.wait_moves_done(); }
+
+void Allocator::hold_moves() noexcept {
+  {
+    auto l = p_->blocks.lock();
+    p_->mover->hold_locked();
+  }
+  drain();
+}
+
+void Allocator::resume_moves() noexcept {
+  auto l = p_->blocks.lock();
+  p_->mover->resume_locked();
+}
 SpillMode Allocator::mode() const noexcept { return p_->backing->mode(); }
 std::size_t Allocator::granularity() const noexcept { return p_->arena.granularity(); }
 

@@ -98,7 +98,7 @@ SpillResult Mover::claim_for_spill(Op* op, UseSlot* uses, int* nuses) noexcept {
   if (!b->spillable || st == State::Freed || b->va == 0) return SpillResult::NotSpillable;
   if (st == State::Fetching) return SpillResult::Busy;
   if (st != State::Resident) return SpillResult::AlreadyMoving;
-  if (b->captured || b->user_pins != 0 || b->ops_pending != 0 || b->ready.load() != nullptr)
+  if (held_ != 0 || b->captured || b->user_pins != 0 || b->ops_pending != 0 || b->ready.load() != nullptr)
     return SpillResult::Busy;
   if (!backing_.reserve(*b, &op->host)) {
     blocks_.note_host_full(l);
@@ -198,6 +198,7 @@ CUresult Mover::claim_for_fetch(Block* b, bool demand, std::span<Block* const> p
     if (*ready != nullptr) UseTracker::ref(*ready);
     return CUDA_SUCCESS;
   }
+  if (held_ != 0) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   *op = new (std::nothrow) Op(Move::Fetch, b);
   if (*op == nullptr) {
     fetches_failed_.fetch_add(1, std::memory_order_relaxed);

@@ -56,6 +56,12 @@ class Mover {
   // spill others to make room); `pinned`: blocks that launch holds pinned.
   CUresult fetch(Block* b, CUstream consumer, bool demand, std::span<Block* const> pinned = {}) noexcept;
 
+  // While held, no spill or fetch starts (claims answer Busy or
+  // STREAM_CAPTURE_UNSUPPORTED); the caller holds alloc.blocks, so a claim
+  // either sees the hold or has begun its move before it.
+  void hold_locked() noexcept { ++held_; }
+  void resume_locked() noexcept { --held_; }
+
   void set_observer(MoveObserver* o) noexcept { observer_.store(o, std::memory_order_release); }
   MoveObserver* observer() const noexcept { return observer_.load(std::memory_order_acquire); }
   CUstream fetch_stream() const noexcept { return h2d_; }
@@ -100,6 +106,7 @@ class Mover {
   bool stopping_ = false;
   pthread_t thread_{};
   bool running_ = false;
+  int held_ = 0;  // guarded by alloc.blocks
 
   // Attempts and completions apart (Stats): a failed move is never counted
   // as done.

@@ -16,6 +16,30 @@
 #include "driver/driver.h"
 #undef cuGetProcAddress
 extern "C" CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags);
+// Likewise cuStreamBeginCapture: the name alone is CUDA 10.0's form, which
+// takes no mode (a global-mode capture); the driver still exports it.
+#undef cuStreamBeginCapture
+extern "C" CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream);
+// And the graph entry points of CUDA 11, which cuda.h now spells as their
+// newer forms; programs built then still reach them (cuGetProcAddress with
+// an older version, or the names themselves).
+#undef cuGraphInstantiate
+#undef cuGraphExecUpdate
+#undef cuGraphAddKernelNode
+#undef cuGraphKernelNodeSetParams
+#undef cuGraphExecKernelNodeSetParams
+extern "C" {
+CUresult CUDAAPI cuGraphInstantiate(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, char* log, size_t log_size);
+CUresult CUDAAPI cuGraphInstantiate_v2(CUgraphExec* exec, CUgraph graph, CUgraphNode* error_node, char* log,
+                                       size_t log_size);
+CUresult CUDAAPI cuGraphExecUpdate(CUgraphExec exec, CUgraph graph, CUgraphNode* error_node,
+                                   CUgraphExecUpdateResult* result);
+CUresult CUDAAPI cuGraphAddKernelNode(CUgraphNode* node, CUgraph graph, const CUgraphNode* deps, size_t n,
+                                      const CUDA_KERNEL_NODE_PARAMS_v1* params);
+CUresult CUDAAPI cuGraphKernelNodeSetParams(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS_v1* params);
+CUresult CUDAAPI cuGraphExecKernelNodeSetParams(CUgraphExec exec, CUgraphNode node,
+                                                const CUDA_KERNEL_NODE_PARAMS_v1* params);
+}
 
 #define TIERRT_HOOKS(X)                                                              \
   X(cuMemAlloc_v2, cuMemAlloc_v2)                                                    \
@@ -79,7 +103,34 @@ extern "C" CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int
   X(cuLibraryGetKernel, cuLibraryGetKernel)                                          \
   X(cuKernelGetFunction, cuKernelGetFunction)                                        \
   X(cuModuleUnload, cuModuleUnload)                                                  \
-  X(cuLibraryUnload, cuLibraryUnload)
+  X(cuLibraryUnload, cuLibraryUnload)                                                \
+  X(cuStreamBeginCapture, cuStreamBeginCapture)                                      \
+  X(cuStreamBeginCapture_ptsz, cuStreamBeginCapture)                                 \
+  X(cuStreamBeginCaptureToGraph, cuStreamBeginCaptureToGraph)                        \
+  X(cuStreamBeginCaptureToGraph_ptsz, cuStreamBeginCaptureToGraph)                   \
+  X(cuEventRecord, cuEventRecord)                                                    \
+  X(cuEventRecord_ptsz, cuEventRecord)                                               \
+  X(cuEventRecordWithFlags, cuEventRecordWithFlags)                                  \
+  X(cuEventRecordWithFlags_ptsz, cuEventRecordWithFlags)                             \
+  X(cuStreamWaitEvent, cuStreamWaitEvent)                                            \
+  X(cuStreamWaitEvent_ptsz, cuStreamWaitEvent)                                       \
+  X(cuGraphInstantiateWithFlags, cuGraphInstantiateWithFlags)                        \
+  X(cuGraphInstantiateWithParams, cuGraphInstantiateWithParams)                      \
+  X(cuGraphInstantiateWithParams_ptsz, cuGraphInstantiateWithParams)                 \
+  X(cuGraphExecUpdate_v2, cuGraphExecUpdate_v2)                                      \
+  X(cuGraphAddKernelNode_v2, cuGraphAddKernelNode_v2)                                \
+  X(cuGraphKernelNodeSetParams_v2, cuGraphKernelNodeSetParams_v2)                    \
+  X(cuGraphExecKernelNodeSetParams_v2, cuGraphExecKernelNodeSetParams_v2)            \
+  X(cuGraphAddMemcpyNode, cuGraphAddMemcpyNode)                                      \
+  X(cuGraphAddMemsetNode, cuGraphAddMemsetNode)                                      \
+  X(cuGraphDestroy, cuGraphDestroy)                                                  \
+  X(cuGraphExecDestroy, cuGraphExecDestroy)                                          \
+  X(cuGraphInstantiate, cuGraphInstantiate)                                          \
+  X(cuGraphInstantiate_v2, cuGraphInstantiate_v2)                                    \
+  X(cuGraphExecUpdate, cuGraphExecUpdate)                                            \
+  X(cuGraphAddKernelNode, cuGraphAddKernelNode)                                      \
+  X(cuGraphKernelNodeSetParams, cuGraphKernelNodeSetParams)                          \
+  X(cuGraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams)
 
 namespace tierrt::preload {
 

@@ -1,33 +1,89 @@
-// Stream capture and synchronisation, told to the engine once the driver
-// did them. While a stream captures, nothing it touches is spilled or
-// fetched, and blocks its captured launches name stay resident for good (the
-// graph may replay them at any time without passing through a hook).
+// Stream capture, the events that join side streams to a capture, and
+// synchronisation, told to the engine. While a stream captures, nothing of
+// tierrt's is recorded into it and nothing it names moves; a global-mode
+// capture holds every move in the process from before it begins.
 #include "hooks.h"
 #include "runtime/engine.h"
 
 using namespace tierrt;
 using namespace tierrt::preload;
 
+namespace {
+
+template <class Forward>
+CUresult begin_capture(CUstream s, CUstreamCaptureMode mode, Forward&& forward) noexcept {
+  if (Engine* e = Engine::active()) return e->begin_capture(s, mode, forward);
+  return forward();
+}
+
+}  // namespace
+
 extern "C" {
 
 #define TIERRT_SAME_(s) (s)
-#define TIERRT_BEGIN_CAPTURE_(name, stream_of)                                  \
-  CUresult name(CUstream s, CUstreamCaptureMode mode) {                         \
-    CUresult r = TIERRT_REAL(name, cuStreamBeginCapture_v2)(s, mode);           \
-    if (r == CUDA_SUCCESS)                                                      \
-      if (Engine* e = Engine::active()) e->begin_capture(stream_of(s), mode);   \
-    return r;                                                                   \
+#define TIERRT_BEGIN_CAPTURE_(name, stream_of)                                                          \
+  CUresult name(CUstream s, CUstreamCaptureMode mode) {                                                 \
+    return begin_capture(stream_of(s), mode, [&] { return TIERRT_REAL(name, cuStreamBeginCapture_v2)(s, mode); }); \
   }
 TIERRT_BEGIN_CAPTURE_(cuStreamBeginCapture_v2, TIERRT_SAME_)
 TIERRT_BEGIN_CAPTURE_(cuStreamBeginCapture_v2_ptsz, ptsz)
 
-#define TIERRT_END_CAPTURE_(name, stream_of)                            \
-  CUresult name(CUstream s, CUgraph* graph) {                           \
-    if (Engine* e = Engine::active()) e->end_capture(stream_of(s));     \
-    return TIERRT_REAL(name, cuStreamEndCapture)(s, graph);             \
+// CUDA 10.0's form has no mode: its captures are global.
+#define TIERRT_BEGIN_CAPTURE_V1_(name, stream_of)                                                 \
+  CUresult name(CUstream s) {                                                                     \
+    auto real = TIERRT_REAL(name, cuStreamBeginCapture);                                          \
+    if (!real) return CUDA_ERROR_NOT_SUPPORTED;                                                   \
+    return begin_capture(stream_of(s), CU_STREAM_CAPTURE_MODE_GLOBAL, [&] { return real(s); });   \
+  }
+TIERRT_BEGIN_CAPTURE_V1_(cuStreamBeginCapture, TIERRT_SAME_)
+TIERRT_BEGIN_CAPTURE_V1_(cuStreamBeginCapture_ptsz, ptsz)
+
+#define TIERRT_BEGIN_CAPTURE_TO_GRAPH_(name, stream_of)                                               \
+  CUresult name(CUstream s, CUgraph g, const CUgraphNode* deps, const CUgraphEdgeData* edges, size_t n, \
+                CUstreamCaptureMode mode) {                                                           \
+    auto real = TIERRT_REAL(name, cuStreamBeginCaptureToGraph);                                       \
+    if (!real) return CUDA_ERROR_NOT_SUPPORTED;                                                       \
+    return begin_capture(stream_of(s), mode, [&] { return real(s, g, deps, edges, n, mode); });       \
+  }
+TIERRT_BEGIN_CAPTURE_TO_GRAPH_(cuStreamBeginCaptureToGraph, TIERRT_SAME_)
+TIERRT_BEGIN_CAPTURE_TO_GRAPH_(cuStreamBeginCaptureToGraph_ptsz, ptsz)
+
+#define TIERRT_END_CAPTURE_(name, stream_of)                                           \
+  CUresult name(CUstream s, CUgraph* graph) {                                          \
+    auto forward = [&] { return TIERRT_REAL(name, cuStreamEndCapture)(s, graph); };    \
+    if (Engine* e = Engine::active()) return e->end_capture(stream_of(s), graph, forward); \
+    return forward();                                                                  \
   }
 TIERRT_END_CAPTURE_(cuStreamEndCapture, TIERRT_SAME_)
 TIERRT_END_CAPTURE_(cuStreamEndCapture_ptsz, ptsz)
+
+// An event recorded into a capture joins the streams that wait on it.
+#define TIERRT_EVENT_RECORD_(name, stream_of)                                         \
+  CUresult name(CUevent ev, CUstream s) {                                             \
+    const CUresult r = TIERRT_REAL(name, cuEventRecord)(ev, s);                       \
+    if (Engine* e = Engine::active(); e && r == CUDA_SUCCESS) e->note_event_record(ev, stream_of(s)); \
+    return r;                                                                         \
+  }
+TIERRT_EVENT_RECORD_(cuEventRecord, TIERRT_SAME_)
+TIERRT_EVENT_RECORD_(cuEventRecord_ptsz, ptsz)
+
+#define TIERRT_EVENT_RECORD_FLAGS_(name, stream_of)                                   \
+  CUresult name(CUevent ev, CUstream s, unsigned flags) {                             \
+    const CUresult r = TIERRT_REAL(name, cuEventRecordWithFlags)(ev, s, flags);       \
+    if (Engine* e = Engine::active(); e && r == CUDA_SUCCESS) e->note_event_record(ev, stream_of(s)); \
+    return r;                                                                         \
+  }
+TIERRT_EVENT_RECORD_FLAGS_(cuEventRecordWithFlags, TIERRT_SAME_)
+TIERRT_EVENT_RECORD_FLAGS_(cuEventRecordWithFlags_ptsz, ptsz)
+
+#define TIERRT_STREAM_WAIT_(name, stream_of)                                          \
+  CUresult name(CUstream s, CUevent ev, unsigned flags) {                             \
+    const CUresult r = TIERRT_REAL(name, cuStreamWaitEvent)(s, ev, flags);            \
+    if (Engine* e = Engine::active(); e && r == CUDA_SUCCESS) e->note_stream_wait(stream_of(s), ev); \
+    return r;                                                                         \
+  }
+TIERRT_STREAM_WAIT_(cuStreamWaitEvent, TIERRT_SAME_)
+TIERRT_STREAM_WAIT_(cuStreamWaitEvent_ptsz, ptsz)
 
 // Synchronisation points: what the policy learns the step's shape from.
 CUresult cuCtxSynchronize() {

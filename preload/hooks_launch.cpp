@@ -53,7 +53,7 @@ TIERRT_LAUNCH_EX_(cuLaunchKernelEx_ptsz, ptsz)
 #define TIERRT_GRAPH_LAUNCH_(name, stream_of)                                   \
   CUresult name(CUgraphExec exec, CUstream s) {                                 \
     auto forward = [&] { return TIERRT_REAL(name, cuGraphLaunch)(exec, s); };   \
-    if (Engine* e = Engine::active()) return e->graph_launch(stream_of(s), forward); \
+    if (Engine* e = Engine::active()) return e->graph_launch(exec, stream_of(s), forward); \
     return forward();                                                           \
   }
 TIERRT_GRAPH_LAUNCH_(cuGraphLaunch, TIERRT_SAME_)

@@ -41,9 +41,13 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
   return forward();
 }
 
+// On a capturing stream the allocation is the driver's: a graph memory node.
 #define TIERRT_ALLOC_ASYNC_(name, stream_of)                                                         \
   CUresult name(CUdeviceptr* p, size_t bytes, CUstream s) {                                          \
-    return alloc_async(p, bytes, stream_of(s), [&] { return TIERRT_REAL(name, cuMemAllocAsync)(p, bytes, s); }); \
+    auto forward = [&] { return TIERRT_REAL(name, cuMemAllocAsync)(p, bytes, s); };                  \
+    Engine* e = Engine::for_allocation();                                                            \
+    if (!e || !p || bytes == 0) return forward();                                                    \
+    return e->allocate_async(p, bytes, stream_of(s), forward);                                       \
   }
 #define TIERRT_SAME_(s) (s)
 TIERRT_ALLOC_ASYNC_(cuMemAllocAsync, TIERRT_SAME_)
@@ -52,9 +56,9 @@ TIERRT_ALLOC_ASYNC_(cuMemAllocAsync_ptsz, ptsz)
 #define TIERRT_ALLOC_POOL_(name, stream_of)                                                       \
   CUresult name(CUdeviceptr* p, size_t bytes, CUmemoryPool pool, CUstream s) {                    \
     Engine* e = Engine::for_allocation();                                                         \
-    if (!e || !p || bytes == 0 || !e->tiers_pool(pool))                                           \
-      return TIERRT_REAL(name, cuMemAllocFromPoolAsync)(p, bytes, pool, s);                       \
-    return e->allocate(p, bytes, stream_of(s));                                                   \
+    auto forward = [&] { return TIERRT_REAL(name, cuMemAllocFromPoolAsync)(p, bytes, pool, s); }; \
+    if (!e || !p || bytes == 0 || !e->tiers_pool(pool)) return forward();                         \
+    return e->allocate_async(p, bytes, stream_of(s), forward);                                    \
   }
 TIERRT_ALLOC_POOL_(cuMemAllocFromPoolAsync, TIERRT_SAME_)
 TIERRT_ALLOC_POOL_(cuMemAllocFromPoolAsync_ptsz, ptsz)

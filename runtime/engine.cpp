@@ -67,6 +67,7 @@ Engine::Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext
     policy_ = std::make_unique<PolicyThread>(*alloc_, ctx, alloc_->stats().device_budget, s.link, recorder_.get());
   feedback_ = std::make_unique<MoveFeedback>(recorder_.get(), policy_.get());
   alloc_->set_observer(feedback_.get());
+  captures_.on_hold(&Engine::hold_for_discovered_capture, this);
 }
 
 // The process's running engine is never destroyed; one from create() is.

@@ -4,7 +4,7 @@
 // PATH: direct | dlsym | procaddr-11030 | procaddr-12000 | procaddr-13000 |
 //       procaddr-ptsz | cudart-like
 // SCENARIO: oversubscribe (default) | training | kernel | wide-kernel | pointer-table | layout-unload |
-//           capture | torch | fork | exit-in-flight | off
+//           capture | capture-before-start | capture-side-stream | torch | fork | exit-in-flight | off
 // It allocates three times the device's memory in idle blocks, fills them,
 // reads them all back bit for bit, and asks tierrt's own stats (not its log)
 // whether its hooks carried the allocations. Exit status 0 means success.
@@ -358,9 +358,9 @@ void layout_after_unload(const Api& a) {
   std::printf("a function at %s handle was scanned by its own layout\n", f == g ? "an old" : "a new");
 }
 
-// A block a captured graph names stays resident: the graph's replays never
-// pass through a hook, so nothing may move the block under them.
-void captured_graph_keeps_block_resident(const Api& a) {
+// A block a captured graph names may spill between the graph's launches:
+// each cuGraphLaunch makes it resident before the graph runs.
+void captured_graph_makes_its_block_resident_at_launch(const Api& a) {
   CUfunction f = add_one_function(a);
   const size_t bytes = 8u << 20;
   CUdeviceptr p;
@@ -376,7 +376,7 @@ void captured_graph_keeps_block_resident(const Api& a) {
   CUgraphExec exec;
   check(cuStreamEndCapture(s, &g), "cuStreamEndCapture");
   check(cuGraphInstantiate(&exec, g, 0), "cuGraphInstantiate");
-  // Press on device memory: everything idle may spill, the captured block not.
+  // Press on device memory: everything idle may spill, the captured block too.
   size_t free_b = 0, total = 0;
   check(a.mem_info(&free_b, &total), "cuMemGetInfo");
   std::vector<CUdeviceptr> others(2 * total / (16u << 20));
@@ -384,7 +384,7 @@ void captured_graph_keeps_block_resident(const Api& a) {
     check(a.alloc(&others[i], 16u << 20), "cuMemAlloc (pressure)");
     fill(a, others[i], 16u << 20, 100 + i);
   }
-  if (tierrt_advise_now(p, TIERRT_ADVISE_SPILL) == 0) fail("tierrt agreed to spill a block a graph names");
+  if (tierrt_advise_now(p, TIERRT_ADVISE_SPILL) != 0) fail("a block a graph names stayed pinned between launches");
   check(cuGraphLaunch(exec, s), "cuGraphLaunch");
   check(cuGraphLaunch(exec, s), "cuGraphLaunch");
   check(cuStreamSynchronize(s), "cuStreamSynchronize");
@@ -394,8 +394,85 @@ void captured_graph_keeps_block_resident(const Api& a) {
   if (!tierrt_stats_now(&st) || st.spills == 0) fail("the pressure did not make tierrt spill anything");
   check(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
   check(cuGraphDestroy(g), "cuGraphDestroy");
-  std::printf("captured graph replayed twice on its resident block while %llu others spilled\n",
+  std::printf("captured graph replayed twice on its block, spilled before, while %llu others spilled\n",
               static_cast<unsigned long long>(st.spills));
+}
+
+// A capture begun before tierrt started (it starts on the first allocation)
+// is found when tierrt first meets the capturing stream: the block the
+// capture frees is the graph's until the graph runs, never the next
+// allocation's.
+void capture_begun_before_tierrt(const Api& a) {
+  CUstream s;
+  check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  check(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
+  tierrt_stats st{};
+  if (tierrt_stats_now(&st)) fail("tierrt started before the first allocation");
+  const size_t bytes = 8u << 20;
+  CUdeviceptr p, q;
+  check(a.alloc(&p, bytes), "cuMemAlloc");
+  fill(a, p, bytes, 11);
+  check(cuMemFreeAsync(p, s), "cuMemFreeAsync under capture");
+  check(a.alloc(&q, bytes), "cuMemAlloc");
+  if (q == p) fail("an allocation was given the memory a captured free leaves to its graph");
+  fill(a, q, bytes, 12);
+  CUgraph g;
+  CUgraphExec exec;
+  check(cuStreamEndCapture(s, &g), "cuStreamEndCapture");
+  check(cuGraphInstantiate(&exec, g, 0), "cuGraphInstantiate");
+  check(cuGraphLaunch(exec, s), "cuGraphLaunch");
+  check(cuStreamSynchronize(s), "cuStreamSynchronize");
+  verify(a, q, bytes, 12, 0);
+  check(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+  check(cuGraphDestroy(g), "cuGraphDestroy");
+  check(a.free(q), "cuMemFree");
+  check(cuStreamDestroy(s), "cuStreamDestroy");
+  std::printf("a capture begun before tierrt started kept its freed block from the next allocation\n");
+}
+
+// Through the hooks: a side stream joined to a capture by an event captures
+// too (a block it frees stays the graph's), and cuMemAllocAsync inside a
+// capture is the driver's, not tierrt's.
+void capture_side_stream_and_graph_memory(const Api& a) {
+  const size_t bytes = 8u << 20;
+  CUdeviceptr p, q;
+  check(a.alloc(&p, bytes), "cuMemAlloc");
+  fill(a, p, bytes, 21);
+  CUstream s, side;
+  CUevent ev;
+  check(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  check(cuStreamCreate(&side, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  check(cuEventCreate(&ev, CU_EVENT_DISABLE_TIMING), "cuEventCreate");
+  tierrt_stats before{}, after{};
+  if (!tierrt_stats_now(&before)) fail("tierrt is not running");
+  check(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED), "cuStreamBeginCapture");
+  CUdeviceptr graph_memory = 0;
+  const CUresult in_graph = cuMemAllocAsync(&graph_memory, bytes, s);
+  if (!tierrt_stats_now(&after) || after.allocations != before.allocations)
+    fail("an allocation inside a capture became tierrt's");
+  if (in_graph == CUDA_SUCCESS) check(cuMemFreeAsync(graph_memory, s), "cuMemFreeAsync of graph memory");
+  check(cuEventRecord(ev, s), "cuEventRecord under capture");
+  check(cuStreamWaitEvent(side, ev, 0), "cuStreamWaitEvent on the capture's event");
+  check(cuMemFreeAsync(p, side), "cuMemFreeAsync on the joined stream");
+  check(cuEventRecord(ev, side), "cuEventRecord on the joined stream");
+  check(cuStreamWaitEvent(s, ev, 0), "cuStreamWaitEvent joining back");
+  check(a.alloc(&q, bytes), "cuMemAlloc");
+  if (q == p) fail("an allocation was given the memory a side stream's captured free leaves to its graph");
+  fill(a, q, bytes, 22);
+  CUgraph g;
+  CUgraphExec exec;
+  check(cuStreamEndCapture(s, &g), "cuStreamEndCapture");
+  check(cuGraphInstantiate(&exec, g, 0), "cuGraphInstantiate");
+  check(cuGraphLaunch(exec, s), "cuGraphLaunch");
+  check(cuStreamSynchronize(s), "cuStreamSynchronize");
+  verify(a, q, bytes, 22, 0);
+  check(cuGraphExecDestroy(exec), "cuGraphExecDestroy");
+  check(cuGraphDestroy(g), "cuGraphDestroy");
+  check(a.free(q), "cuMemFree");
+  check(cuEventDestroy(ev), "cuEventDestroy");
+  check(cuStreamDestroy(side), "cuStreamDestroy");
+  check(cuStreamDestroy(s), "cuStreamDestroy");
+  std::printf("a side stream joined by an event kept its freed block from the next allocation\n");
 }
 
 // A training loop: each step writes one activation per layer going forward
@@ -542,7 +619,11 @@ int main(int argc, char** argv) {
   } else if (scenario == "training") {
     training_loop(a);
   } else if (scenario == "capture") {
-    captured_graph_keeps_block_resident(a);
+    captured_graph_makes_its_block_resident_at_launch(a);
+  } else if (scenario == "capture-before-start") {
+    capture_begun_before_tierrt(a);
+  } else if (scenario == "capture-side-stream") {
+    capture_side_stream_and_graph_memory(a);
   } else if (scenario == "torch") {
     torch_entry_points(a);
   } else if (scenario == "kernel") {

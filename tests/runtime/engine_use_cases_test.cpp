@@ -108,11 +108,11 @@ TEST_F(EngineUseCasesTest, PointerAttributesOfATrackedBlockAreTheBlocks) {
 TEST_F(EngineUseCasesTest, AGraphLaunchIsForwardedAndCounted) {
   const std::uint64_t before = engine_->launches();
   int forwarded = 0;
-  EXPECT_EQ(CUDA_SUCCESS, engine_->graph_launch(nullptr, [&] {
+  EXPECT_EQ(CUDA_SUCCESS, engine_->graph_launch(nullptr, nullptr, [&] {
     ++forwarded;
     return CUDA_SUCCESS;
   }));
-  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, engine_->graph_launch(nullptr, [&] {
+  EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, engine_->graph_launch(nullptr, nullptr, [&] {
     ++forwarded;
     return CUDA_ERROR_INVALID_VALUE;
   }));

@@ -169,6 +169,13 @@ class Allocator {
   std::uint64_t release_empty_slabs() noexcept;
   // Waits until every started spill and fetch is finalised.
   void drain() noexcept;
+  // No spill or fetch starts until the matching resume_moves() (the driver
+  // forbids unmapping and mapping while a global-mode stream capture is
+  // open); returns once the moves already under way are finalised. Holds
+  // nest. A launch needing a spilled block meanwhile reads it over the link
+  // (remap) or fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (copy).
+  void hold_moves() noexcept;
+  void resume_moves() noexcept;
 
   Stats stats() const noexcept;
   SpillMode mode() const noexcept;  // the mode in use: Remap or Copy

@@ -24,6 +24,7 @@
 #include "allocator/allocator.h"
 #include "runtime/block_list.h"
 #include "runtime/capture_tracker.h"
+#include "runtime/graph_registry.h"
 #include "runtime/move_feedback.h"
 #include "runtime/param_layouts.h"
 #include "runtime/pointer_tables.h"
@@ -78,6 +79,7 @@ class Engine {
   }
   template <class Forward>
   CUresult free_async(CUdeviceptr ptr, CUstream stream, Forward&& forward) noexcept {
+    if (captures_.capturing(stream) && free_captured(ptr, stream)) return CUDA_SUCCESS;
     CUresult r;
     return free_tracked(ptr, stream, &r) ? r : forward();
   }
@@ -135,13 +137,27 @@ class Engine {
     if (r == CUDA_SUCCESS) note_unified_copy(dst, src, bytes);
     return r;
   }
-  // cuGraphLaunch on `stream`. Every block a captured launch named stays
-  // resident for good (the allocator's captured state), so a replay needs
-  // nothing made resident; it counts as a launch of its stream.
+  // cuGraphLaunch of `exec` on `stream`: the blocks the graph names (as
+  // tierrt saw it built) are resident for the stream when it goes out and
+  // their use is recorded there, so they may move between launches; a graph
+  // with nodes tierrt could not read keeps the blocks it names resident for
+  // good. Frees the graph captured happen after it, on `stream`. It counts as
+  // a launch of its stream.
   template <class Forward>
-  CUresult graph_launch(CUstream stream, Forward&& forward) noexcept {
+  CUresult graph_launch(CUgraphExec exec, CUstream stream, Forward&& forward) noexcept {
+    BlockList blocks;
+    const bool unknown = collect_graph(exec, blocks);
+    if (captures_.capturing(stream)) {
+      const CUresult r = forward();
+      if (r == CUDA_SUCCESS) {
+        note_captured(blocks, stream, !unknown);
+        note_launch(blocks, StreamIds::key(stream), true);
+      }
+      return r;
+    }
+    if (CUresult r = before_use(blocks, StreamIds::key(stream))) return r;
     const CUresult r = forward();
-    if (r == CUDA_SUCCESS) note_launch(BlockList{}, StreamIds::key(stream), captures_.capturing(stream));
+    graph_launched(exec, blocks, stream, unknown, r == CUDA_SUCCESS);
     return r;
   }
 
@@ -151,10 +167,6 @@ class Engine {
   static void note_function(CUfunction f) noexcept { ParamLayouts::process().note_handle(f, HandleKind::Function); }
   static void note_kernel(CUkernel k) noexcept { ParamLayouts::process().note_handle(k, HandleKind::Kernel); }
   static void note_unload() noexcept { ParamLayouts::process().forget_all(); }
-
-  // Stream capture, as the capture hooks saw it succeed.
-  void begin_capture(CUstream s, CUstreamCaptureMode mode) noexcept { captures_.begin(s, mode); }
-  void end_capture(CUstream s) noexcept { captures_.end(s); }
 
   // tierrt_advise: false when `ptr` is not in a live tracked block or the
   // advice could not be followed. UNPIN releases only a pin PIN took (the
@@ -202,6 +214,99 @@ class Engine {
   const PolicyThread* planner() const noexcept { return policy_.get(); }
   const MoveFeedback& moves() const noexcept { return *feedback_; }
 
+  // cuMemAllocAsync on `stream`: on a capturing stream the allocation is the
+  // driver's (a graph memory node the graph frees), else tierrt's.
+  template <class Forward>
+  CUresult allocate_async(CUdeviceptr* out, std::size_t bytes, CUstream stream, Forward&& forward) noexcept {
+    return captures_.capturing(stream) ? forward() : allocate(out, bytes, stream);
+  }
+
+  // Stream capture (cuStreamBeginCapture in every form, and
+  // cuStreamBeginCaptureToGraph). A global-mode capture forbids unmapping
+  // and mapping anywhere in the process: moves are held from before it
+  // begins until it ends.
+  template <class Forward>
+  CUresult begin_capture(CUstream s, CUstreamCaptureMode mode, Forward&& forward) noexcept {
+    const bool global = mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
+    if (global) alloc_->hold_moves();
+    const CUresult r = forward();
+    if (!(r == CUDA_SUCCESS && capture_began(s, mode)) && global) alloc_->resume_moves();
+    return r;
+  }
+  // cuStreamEndCapture: what the capture named belongs to the graph made.
+  template <class Forward>
+  CUresult end_capture(CUstream s, CUgraph* graph, Forward&& forward) noexcept {
+    const std::uint64_t id = capture_of(s);
+    const CUresult r = forward();
+    capture_ended(s, id, r == CUDA_SUCCESS && graph ? *graph : nullptr);
+    return r;
+  }
+  // Side streams join a capture through events: cuEventRecord(WithFlags) and
+  // cuStreamWaitEvent, as they went out.
+  void note_event_record(CUevent ev, CUstream s) noexcept { captures_.note_record(ev, s); }
+  void note_stream_wait(CUstream s, CUevent ev) noexcept { captures_.note_wait(s, ev); }
+  bool capturing(CUstream s) noexcept { return captures_.capturing(s); }
+
+  // Graphs built node by node, instantiated, updated and destroyed: each
+  // forwards, and what succeeded updates what tierrt knows of the graph.
+  template <class Forward>
+  CUresult graph_instantiate(CUgraphExec* exec, CUgraph graph, Forward&& forward) noexcept {
+    const CUresult r = forward();
+    if (r == CUDA_SUCCESS && exec) graph_instantiated(graph, *exec);
+    return r;
+  }
+  template <class Forward>
+  CUresult graph_exec_update(CUgraphExec exec, CUgraph graph, Forward&& forward) noexcept {
+    const CUresult r = forward();
+    if (r == CUDA_SUCCESS) graph_instantiated(graph, exec);
+    return r;
+  }
+  template <class Forward>
+  CUresult graph_add_kernel_node(CUgraphNode* node, CUgraph graph, const CUDA_KERNEL_NODE_PARAMS* p,
+                                 Forward&& forward) noexcept {
+    const CUresult r = forward();
+    if (r == CUDA_SUCCESS && node && p) graph_kernel_node(graph, *node, nullptr, p);
+    return r;
+  }
+  template <class Forward>
+  CUresult graph_set_kernel_node(CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* p, Forward&& forward) noexcept {
+    const CUresult r = forward();
+    if (r == CUDA_SUCCESS && p) graph_kernel_node(nullptr, node, nullptr, p);
+    return r;
+  }
+  template <class Forward>
+  CUresult graph_exec_set_kernel_node(CUgraphExec exec, CUgraphNode node, const CUDA_KERNEL_NODE_PARAMS* p,
+                                      Forward&& forward) noexcept {
+    const CUresult r = forward();
+    if (r == CUDA_SUCCESS && p) graph_kernel_node(nullptr, node, exec, p);
+    return r;
+  }
+  template <class Forward>
+  CUresult graph_add_memcpy_node(CUgraphNode* node, CUgraph graph, const CUDA_MEMCPY3D* p, Forward&& forward) noexcept {
+    const CUresult r = forward();
+    if (r == CUDA_SUCCESS && node && p) graph_memcpy_node(graph, *node, *p);
+    return r;
+  }
+  template <class Forward>
+  CUresult graph_add_memset_node(CUgraphNode* node, CUgraph graph, const CUDA_MEMSET_NODE_PARAMS* p,
+                                 Forward&& forward) noexcept {
+    const CUresult r = forward();
+    if (r == CUDA_SUCCESS && node && p) graph_memset_node(graph, *node, *p);
+    return r;
+  }
+  template <class Forward>
+  CUresult graph_destroy(CUgraph graph, Forward&& forward) noexcept {
+    const CUresult r = forward();
+    if (r == CUDA_SUCCESS) graph_forget(graph, nullptr);
+    return r;
+  }
+  template <class Forward>
+  CUresult graph_exec_destroy(CUgraphExec exec, Forward&& forward) noexcept {
+    const CUresult r = forward();
+    if (r == CUDA_SUCCESS) graph_forget(nullptr, exec);
+    return r;
+  }
+
  private:
   Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext ctx, CUmemoryPool default_pool);
 
@@ -235,6 +340,9 @@ class Engine {
   template <class Forward>
   CUresult use(BlockList& blocks, CUstream key, bool capturing, Forward& forward) noexcept {
     if (blocks.empty()) return forward();
+    // The capture hooks know streams by the application's handles; `key` is
+    // the calling thread's, so it turns back into the handle it came from.
+    if (capturing) return use_captured(blocks, drv::driver_stream(key), forward);
     if (CUresult r = before_use(blocks, key)) return r;
     const CUresult r = forward();
     after_use(blocks, key, capturing, r == CUDA_SUCCESS);
@@ -254,6 +362,36 @@ class Engine {
   static void after_fork_in_child() noexcept;
   static void at_exit() noexcept;
 
+  // Graphs and captures (runtime/engine_graph.cpp).
+  template <class Forward>
+  CUresult use_captured(const BlockList& blocks, CUstream stream, Forward& forward) noexcept {
+    // Nothing runs until the graph is launched: nothing is made resident now,
+    // and nothing of tierrt's is recorded into, or waited on from, the capture.
+    const CUresult r = forward();
+    if (r == CUDA_SUCCESS) note_captured(blocks, stream, true);
+    return r;
+  }
+  void note_captured(const BlockList& blocks, CUstream stream, bool known) noexcept;
+  bool free_captured(CUdeviceptr ptr, CUstream stream) noexcept;
+  bool capture_began(CUstream s, CUstreamCaptureMode mode) noexcept;
+  // The capture `s` takes part in (the driver's id, or tierrt's own name for
+  // it); 0 when none.
+  std::uint64_t capture_of(CUstream s) noexcept;
+  void capture_ended(CUstream s, std::uint64_t id, CUgraph graph) noexcept;
+  static void hold_for_discovered_capture(void* engine) noexcept;
+  // The blocks `exec` names; true when some of its nodes could not be read.
+  bool collect_graph(CUgraphExec exec, BlockList& out) noexcept;
+  void graph_launched(CUgraphExec exec, const BlockList& blocks, CUstream stream, bool unknown,
+                      bool enqueued) noexcept;
+  void graph_instantiated(CUgraph graph, CUgraphExec exec) noexcept;
+  void graph_kernel_node(CUgraph graph, CUgraphNode node, CUgraphExec exec, const CUDA_KERNEL_NODE_PARAMS* p) noexcept;
+  void graph_memcpy_node(CUgraph graph, CUgraphNode node, const CUDA_MEMCPY3D& p) noexcept;
+  void graph_memset_node(CUgraph graph, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS& p) noexcept;
+  void graph_forget(CUgraph graph, CUgraphExec exec) noexcept;
+  // Keeps what a graph names resident for good: for work tierrt could not
+  // attribute to a graph it knows.
+  void pin_for_good(const BlockList& blocks, CUstream stream) noexcept;
+
   static std::atomic<Engine*> g_active;
 
   Settings settings_;
@@ -263,6 +401,7 @@ class Engine {
   ParamLayouts& layouts_ = ParamLayouts::process();
   PointerTables pointers_;
   CaptureTracker captures_;
+  GraphRegistry graphs_;
   StreamIds streams_;
   std::unique_ptr<Recorder> recorder_;      // null unless TIERRT_RECORD or TIERRT_TRACE
   std::unique_ptr<MoveFeedback> feedback_;  // the allocator's observer
