@@ -74,7 +74,52 @@ extern "C" CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int
   X(cuStreamSynchronize, cuStreamSynchronize)                                        \
   X(cuStreamSynchronize_ptsz, cuStreamSynchronize)                                   \
   X(cuGetProcAddress, cuGetProcAddress)                                              \
-  X(cuGetProcAddress_v2, cuGetProcAddress_v2)
+  X(cuGetProcAddress_v2, cuGetProcAddress_v2)                                       \
+  X(cuMemGetAddressRange_v2, cuMemGetAddressRange_v2)                                \
+  X(cuMemcpy2D_v2, cuMemcpy2D_v2)                                                    \
+  X(cuMemcpy2D_v2_ptds, cuMemcpy2D_v2)                                               \
+  X(cuMemcpy2DUnaligned_v2, cuMemcpy2DUnaligned_v2)                                  \
+  X(cuMemcpy2DUnaligned_v2_ptds, cuMemcpy2DUnaligned_v2)                             \
+  X(cuMemcpy2DAsync_v2, cuMemcpy2DAsync_v2)                                          \
+  X(cuMemcpy2DAsync_v2_ptsz, cuMemcpy2DAsync_v2)                                     \
+  X(cuMemcpy3D_v2, cuMemcpy3D_v2)                                                    \
+  X(cuMemcpy3D_v2_ptds, cuMemcpy3D_v2)                                               \
+  X(cuMemcpy3DAsync_v2, cuMemcpy3DAsync_v2)                                          \
+  X(cuMemcpy3DAsync_v2_ptsz, cuMemcpy3DAsync_v2)                                     \
+  X(cuMemcpyPeer, cuMemcpyPeer)                                                      \
+  X(cuMemcpyPeer_ptds, cuMemcpyPeer)                                                 \
+  X(cuMemcpyPeerAsync, cuMemcpyPeerAsync)                                            \
+  X(cuMemcpyPeerAsync_ptsz, cuMemcpyPeerAsync)                                       \
+  X(cuMemcpy3DPeer, cuMemcpy3DPeer)                                                  \
+  X(cuMemcpy3DPeer_ptds, cuMemcpy3DPeer)                                             \
+  X(cuMemcpy3DPeerAsync, cuMemcpy3DPeerAsync)                                        \
+  X(cuMemcpy3DPeerAsync_ptsz, cuMemcpy3DPeerAsync)                                   \
+  X(cuMemcpyBatchAsync_v2, cuMemcpyBatchAsync_v2)                                    \
+  X(cuMemcpyBatchAsync_v2_ptsz, cuMemcpyBatchAsync_v2)                               \
+  X(cuMemcpy3DBatchAsync_v2, cuMemcpy3DBatchAsync_v2)                                \
+  X(cuMemcpy3DBatchAsync_v2_ptsz, cuMemcpy3DBatchAsync_v2)                           \
+  X(cuMemsetD2D8_v2, cuMemsetD2D8_v2)                                                \
+  X(cuMemsetD2D8_v2_ptds, cuMemsetD2D8_v2)                                           \
+  X(cuMemsetD2D16_v2, cuMemsetD2D16_v2)                                              \
+  X(cuMemsetD2D16_v2_ptds, cuMemsetD2D16_v2)                                         \
+  X(cuMemsetD2D32_v2, cuMemsetD2D32_v2)                                              \
+  X(cuMemsetD2D32_v2_ptds, cuMemsetD2D32_v2)                                         \
+  X(cuMemsetD2D8Async, cuMemsetD2D8Async)                                            \
+  X(cuMemsetD2D8Async_ptsz, cuMemsetD2D8Async)                                       \
+  X(cuMemsetD2D16Async, cuMemsetD2D16Async)                                          \
+  X(cuMemsetD2D16Async_ptsz, cuMemsetD2D16Async)                                     \
+  X(cuMemsetD2D32Async, cuMemsetD2D32Async)                                          \
+  X(cuMemsetD2D32Async_ptsz, cuMemsetD2D32Async)                                     \
+  X(cuStreamWriteValue32_v2, cuStreamWriteValue32_v2)                                \
+  X(cuStreamWriteValue32_v2_ptsz, cuStreamWriteValue32_v2)                           \
+  X(cuStreamWriteValue64_v2, cuStreamWriteValue64_v2)                                \
+  X(cuStreamWriteValue64_v2_ptsz, cuStreamWriteValue64_v2)                           \
+  X(cuStreamWaitValue32_v2, cuStreamWaitValue32_v2)                                  \
+  X(cuStreamWaitValue32_v2_ptsz, cuStreamWaitValue32_v2)                             \
+  X(cuStreamWaitValue64_v2, cuStreamWaitValue64_v2)                                  \
+  X(cuStreamWaitValue64_v2_ptsz, cuStreamWaitValue64_v2)                             \
+  X(cuStreamBatchMemOp_v2, cuStreamBatchMemOp_v2)                                    \
+  X(cuStreamBatchMemOp_v2_ptsz, cuStreamBatchMemOp_v2)
 
 namespace tierrt::preload {
 

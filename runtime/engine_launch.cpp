@@ -7,12 +7,6 @@
 
 namespace tierrt {
 
-void Engine::collect_range(AddressRange range, BlockList& out) noexcept {
-  if (alloc::Block* b = alloc_->lookup(range.ptr)) out.add(b);
-  if (range.bytes > 1)
-    if (alloc::Block* b = alloc_->lookup(range.ptr + range.bytes - 1)) out.add(b);
-}
-
 void Engine::collect_launch(CUfunction f, void** params, void** extra, BlockList& out) noexcept {
   auto scan_word = [&](const unsigned char* p) {
     CUdeviceptr word;

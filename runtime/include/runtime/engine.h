@@ -22,8 +22,10 @@
 #include <memory>
 
 #include "allocator/allocator.h"
+#include "runtime/allocation_records.h"
 #include "runtime/block_list.h"
 #include "runtime/capture_tracker.h"
+#include "runtime/copy_shapes.h"
 #include "runtime/move_feedback.h"
 #include "runtime/param_layouts.h"
 #include "runtime/policy_thread.h"
@@ -99,6 +101,15 @@ class Engine {
     for (const AddressRange& r : ranges) collect_range(r, blocks);
     return use(blocks, stream, forward);
   }
+  // A copy, memset or stream memory operation on `stream` touching
+  // `range_at(i)` (a StridedRange) for each i below `count`: every block each
+  // range overlaps is named, as access does.
+  template <class RangeAt, class Forward>
+  CUresult access_each(std::size_t count, RangeAt&& range_at, CUstream stream, Forward&& forward) noexcept {
+    BlockList blocks;
+    for (std::size_t i = 0; i < count; ++i) collect_strided(range_at(i), blocks);
+    return use(blocks, stream, forward);
+  }
   // cuGraphLaunch on `stream`. Every block a captured launch named stays
   // resident for good (the allocator's captured state), so a replay needs
   // nothing made resident; it counts as a launch of its stream.
@@ -118,12 +129,21 @@ class Engine {
   // allocator counts them apart from the pins of launches being enqueued).
   bool advise(CUdeviceptr ptr, tierrt_advice advice) noexcept;
 
-  // cuPointerGetAttribute(s): tierrt answers for its blocks what the driver
-  // cannot (a spilled block may have nothing mapped at its address), and
-  // forwards the rest.
+  // cuPointerGetAttribute(s) and cuMemGetAddressRange: for memory tierrt
+  // handed out, the answers the driver gives for an untiered allocation of
+  // the same size, whatever the block's state (a spilled block may have
+  // nothing mapped at its address; a slab slot is one of many in a driver
+  // allocation). Attributes tierrt does not model, and pointers it did not
+  // hand out, are the driver's.
   template <class Forward>
   CUresult pointer_attribute(void* data, CUpointer_attribute attr, CUdeviceptr p, Forward&& forward) noexcept {
-    return data && tracked_attribute(attr, p, data) ? CUDA_SUCCESS : forward();
+    if (!data) return forward();
+    switch (tracked_attribute(attr, p, data)) {
+      case PointerAnswer::Answered: return CUDA_SUCCESS;
+      case PointerAnswer::Invalid: return CUDA_ERROR_INVALID_VALUE;
+      case PointerAnswer::Driver: break;
+    }
+    return forward();
   }
   template <class Forward>
   CUresult pointer_attributes(unsigned count, CUpointer_attribute* attrs, void** data, CUdeviceptr p,
@@ -131,8 +151,22 @@ class Engine {
     const CUresult r = forward();
     if (r == CUDA_SUCCESS && attrs && data)
       for (unsigned i = 0; i < count; ++i)
-        if (data[i]) tracked_attribute(attrs[i], p, data[i]);
+        if (data[i] && tracked_attribute(attrs[i], p, data[i]) == PointerAnswer::Invalid)
+          clear_attribute(attrs[i], data[i]);
     return r;
+  }
+  template <class Forward>
+  CUresult address_range(CUdeviceptr* base, std::size_t* size, CUdeviceptr p, Forward&& forward) noexcept {
+    AllocationRecord rec;
+    switch (allocation_at(p, &rec)) {
+      case Allocation::Live:
+        if (base) *base = rec.base;
+        if (size) *size = rec.bytes;
+        return CUDA_SUCCESS;
+      case Allocation::Gone: return CUDA_ERROR_NOT_FOUND;
+      case Allocation::NotOurs: break;
+    }
+    return forward();
   }
 
   // cuMemGetInfo: with TIERRT_VIRTUAL_MEMINFO, the device budget plus the
@@ -167,8 +201,13 @@ class Engine {
   bool free_tracked(CUdeviceptr ptr, CUstream stream, CUresult* result) noexcept;
   // Blocks a launch names: every 8-byte-aligned word of its parameters.
   void collect_launch(CUfunction f, void** params, void** extra, BlockList& out) noexcept;
-  // Blocks a copy or memset names: the blocks holding the range's ends.
+  // Blocks a copy or memset names: every block the range overlaps.
   void collect_range(AddressRange range, BlockList& out) noexcept;
+  void collect_strided(const StridedRange& range, BlockList& out) noexcept;
+  // Adds every block [ptr, ptr + bytes) overlaps; returns the end of the
+  // last region looked at (a block's mapped end, or a granule's end where
+  // no block is): a later range ending there names nothing more.
+  CUdeviceptr collect_span(CUdeviceptr ptr, std::size_t bytes, BlockList& out) noexcept;
   // The one shape of work that names tracked blocks: make them resident for
   // `stream`, forward, record the use if the work went out, unpin.
   template <class Forward>
@@ -183,7 +222,18 @@ class Engine {
   void after_use(const BlockList& blocks, CUstream stream, bool enqueued) noexcept;
   // A launch went out on `stream` naming `blocks`.
   void note_launch(const BlockList& blocks, CUstream stream) noexcept;
-  bool tracked_attribute(CUpointer_attribute attr, CUdeviceptr p, void* data) noexcept;
+  // Answered: `data` holds tierrt's answer. Invalid: the driver's error for
+  // memory that is not a live allocation, or an attribute that does not
+  // apply to device memory. Driver: the driver's to answer.
+  enum class PointerAnswer : std::uint8_t { Answered, Invalid, Driver };
+  PointerAnswer tracked_attribute(CUpointer_attribute attr, CUdeviceptr p, void* data) noexcept;
+  // The null answer cuPointerGetAttributes gives where an attribute does not apply.
+  static void clear_attribute(CUpointer_attribute attr, void* data) noexcept;
+  // Live: an allocation tierrt handed out holds p. Gone: tierrt's memory,
+  // but no live allocation holds p (freed, or a slab's unused part).
+  enum class Allocation : std::uint8_t { Live, Gone, NotOurs };
+  Allocation allocation_at(CUdeviceptr p, AllocationRecord* out) const noexcept;
+  static int current_device_ordinal() noexcept;
   void virtual_meminfo(std::size_t* free_bytes, std::size_t* total_bytes) noexcept;
   void add_live(std::int64_t delta) noexcept;
   void sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes) noexcept;
@@ -207,6 +257,8 @@ class Engine {
   std::unique_ptr<PolicyThread> policy_;    // null unless TIERRT_POLICY=planner
   std::atomic<std::uint64_t> launches_{0}, steps_{0};
   std::atomic<std::uint64_t> live_bytes_{0}, peak_live_bytes_{0};
+  AllocationRecords records_;
+  int device_ordinal_ = current_device_ordinal();  // made on the thread that has ctx_ current
 };
 
 }  // namespace tierrt
