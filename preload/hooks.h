@@ -16,6 +16,21 @@
 #include "driver/driver.h"
 #undef cuGetProcAddress
 extern "C" CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int version, cuuint64_t flags);
+// The same for the first forms of the batch copies (CUDA 12.8, with a
+// failure index) and of the stream memory operations (CUDA 8.0 and 9.0,
+// with the _v2 forms' prototypes), which drivers still export.
+#undef cuMemcpyBatchAsync
+#undef cuMemcpy3DBatchAsync
+#undef cuStreamWriteValue32
+#undef cuStreamWriteValue64
+#undef cuStreamWaitValue32
+#undef cuStreamWaitValue64
+#undef cuStreamBatchMemOp
+extern "C" CUresult CUDAAPI cuMemcpyBatchAsync(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                                               CUmemcpyAttributes* attrs, size_t* attr_idxs, size_t num_attrs,
+                                               size_t* fail_idx, CUstream stream);
+extern "C" CUresult CUDAAPI cuMemcpy3DBatchAsync(size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, size_t* fail_idx,
+                                                 unsigned long long flags, CUstream stream);
 
 #define TIERRT_HOOKS(X)                                                              \
   X(cuMemAlloc_v2, cuMemAlloc_v2)                                                    \
@@ -119,7 +134,21 @@ extern "C" CUresult CUDAAPI cuGetProcAddress(const char* symbol, void** pfn, int
   X(cuStreamWaitValue64_v2, cuStreamWaitValue64_v2)                                  \
   X(cuStreamWaitValue64_v2_ptsz, cuStreamWaitValue64_v2)                             \
   X(cuStreamBatchMemOp_v2, cuStreamBatchMemOp_v2)                                    \
-  X(cuStreamBatchMemOp_v2_ptsz, cuStreamBatchMemOp_v2)
+  X(cuStreamBatchMemOp_v2_ptsz, cuStreamBatchMemOp_v2)                               \
+  X(cuMemcpyBatchAsync, cuMemcpyBatchAsync)                                          \
+  X(cuMemcpyBatchAsync_ptsz, cuMemcpyBatchAsync)                                     \
+  X(cuMemcpy3DBatchAsync, cuMemcpy3DBatchAsync)                                      \
+  X(cuMemcpy3DBatchAsync_ptsz, cuMemcpy3DBatchAsync)                                 \
+  X(cuStreamWriteValue32, cuStreamWriteValue32_v2)                                   \
+  X(cuStreamWriteValue32_ptsz, cuStreamWriteValue32_v2)                              \
+  X(cuStreamWriteValue64, cuStreamWriteValue64_v2)                                   \
+  X(cuStreamWriteValue64_ptsz, cuStreamWriteValue64_v2)                              \
+  X(cuStreamWaitValue32, cuStreamWaitValue32_v2)                                     \
+  X(cuStreamWaitValue32_ptsz, cuStreamWaitValue32_v2)                                \
+  X(cuStreamWaitValue64, cuStreamWaitValue64_v2)                                     \
+  X(cuStreamWaitValue64_ptsz, cuStreamWaitValue64_v2)                                \
+  X(cuStreamBatchMemOp, cuStreamBatchMemOp_v2)                                       \
+  X(cuStreamBatchMemOp_ptsz, cuStreamBatchMemOp_v2)
 
 namespace tierrt::preload {
 

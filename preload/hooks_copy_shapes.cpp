@@ -92,6 +92,21 @@ TIERRT_PEER_ASYNC_(cuMemcpyPeerAsync_ptsz, ptsz)
 TIERRT_BATCH_(cuMemcpyBatchAsync_v2, TIERRT_SAME_)
 TIERRT_BATCH_(cuMemcpyBatchAsync_v2_ptsz, ptsz)
 
+#define TIERRT_BATCH_V1_(name, stream_of)                                                                     \
+  CUresult name(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count, CUmemcpyAttributes* attrs, \
+                size_t* attr_idxs, size_t num_attrs, size_t* fail_idx, CUstream s) {                          \
+    auto forward = [&] {                                                                                      \
+      return TIERRT_REAL(name, cuMemcpyBatchAsync)(dsts, srcs, sizes, count, attrs, attr_idxs, num_attrs,     \
+                                                   fail_idx, s);                                              \
+    };                                                                                                        \
+    if (!dsts || !srcs || !sizes) return forward();                                                           \
+    return touch(                                                                                             \
+        2 * count, [&](size_t i) { return contiguous(i % 2 ? srcs[i / 2] : dsts[i / 2], sizes[i / 2]); },    \
+        stream_of(s), forward);                                                                               \
+  }
+TIERRT_BATCH_V1_(cuMemcpyBatchAsync, TIERRT_SAME_)
+TIERRT_BATCH_V1_(cuMemcpyBatchAsync_ptsz, ptsz)
+
 #define TIERRT_BATCH_3D_(name, stream_of)                                                                    \
   CUresult name(size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, unsigned long long flags, CUstream s) {           \
     auto forward = [&] { return TIERRT_REAL(name, cuMemcpy3DBatchAsync_v2)(count, ops, flags, s); };         \
@@ -102,6 +117,18 @@ TIERRT_BATCH_(cuMemcpyBatchAsync_v2_ptsz, ptsz)
   }
 TIERRT_BATCH_3D_(cuMemcpy3DBatchAsync_v2, TIERRT_SAME_)
 TIERRT_BATCH_3D_(cuMemcpy3DBatchAsync_v2_ptsz, ptsz)
+
+#define TIERRT_BATCH_3D_V1_(name, stream_of)                                                                 \
+  CUresult name(size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, size_t* fail_idx, unsigned long long flags,       \
+                CUstream s) {                                                                                \
+    auto forward = [&] { return TIERRT_REAL(name, cuMemcpy3DBatchAsync)(count, ops, fail_idx, flags, s); };  \
+    if (!ops) return forward();                                                                              \
+    return touch(                                                                                            \
+        2 * count, [&](size_t i) { return i % 2 ? copy_source(ops[i / 2]) : copy_destination(ops[i / 2]); }, \
+        stream_of(s), forward);                                                                              \
+  }
+TIERRT_BATCH_3D_V1_(cuMemcpy3DBatchAsync, TIERRT_SAME_)
+TIERRT_BATCH_3D_V1_(cuMemcpy3DBatchAsync_ptsz, ptsz)
 
 #define TIERRT_MEMSET_2D_(name, proto, value_t, elem, stream)                                          \
   CUresult name(CUdeviceptr dst, size_t pitch, value_t v, size_t width, size_t height) {               \
@@ -139,6 +166,14 @@ TIERRT_MEM_OP_(cuStreamWaitValue32_v2, cuStreamWaitValue32_v2, cuuint32_t, 4, TI
 TIERRT_MEM_OP_(cuStreamWaitValue32_v2_ptsz, cuStreamWaitValue32_v2, cuuint32_t, 4, ptsz)
 TIERRT_MEM_OP_(cuStreamWaitValue64_v2, cuStreamWaitValue64_v2, cuuint64_t, 8, TIERRT_SAME_)
 TIERRT_MEM_OP_(cuStreamWaitValue64_v2_ptsz, cuStreamWaitValue64_v2, cuuint64_t, 8, ptsz)
+TIERRT_MEM_OP_(cuStreamWriteValue32, cuStreamWriteValue32_v2, cuuint32_t, 4, TIERRT_SAME_)
+TIERRT_MEM_OP_(cuStreamWriteValue32_ptsz, cuStreamWriteValue32_v2, cuuint32_t, 4, ptsz)
+TIERRT_MEM_OP_(cuStreamWriteValue64, cuStreamWriteValue64_v2, cuuint64_t, 8, TIERRT_SAME_)
+TIERRT_MEM_OP_(cuStreamWriteValue64_ptsz, cuStreamWriteValue64_v2, cuuint64_t, 8, ptsz)
+TIERRT_MEM_OP_(cuStreamWaitValue32, cuStreamWaitValue32_v2, cuuint32_t, 4, TIERRT_SAME_)
+TIERRT_MEM_OP_(cuStreamWaitValue32_ptsz, cuStreamWaitValue32_v2, cuuint32_t, 4, ptsz)
+TIERRT_MEM_OP_(cuStreamWaitValue64, cuStreamWaitValue64_v2, cuuint64_t, 8, TIERRT_SAME_)
+TIERRT_MEM_OP_(cuStreamWaitValue64_ptsz, cuStreamWaitValue64_v2, cuuint64_t, 8, ptsz)
 
 #define TIERRT_BATCH_MEM_OP_(name, stream_of)                                                                \
   CUresult name(CUstream s, unsigned count, CUstreamBatchMemOpParams* ops, unsigned flags) {                 \
@@ -148,5 +183,7 @@ TIERRT_MEM_OP_(cuStreamWaitValue64_v2_ptsz, cuStreamWaitValue64_v2, cuuint64_t, 
   }
 TIERRT_BATCH_MEM_OP_(cuStreamBatchMemOp_v2, TIERRT_SAME_)
 TIERRT_BATCH_MEM_OP_(cuStreamBatchMemOp_v2_ptsz, ptsz)
+TIERRT_BATCH_MEM_OP_(cuStreamBatchMemOp, TIERRT_SAME_)
+TIERRT_BATCH_MEM_OP_(cuStreamBatchMemOp_ptsz, ptsz)
 
 }  // extern "C"
