@@ -177,6 +177,9 @@ inline CUstream ptsz(CUstream s) noexcept { return s ? s : CU_STREAM_PER_THREAD;
 void* hook_for_name(const char* name) noexcept;
 // Our function standing in for the driver function at `real`, or `real`.
 void* substitute_address(void* real) noexcept;
+// Our function for NCCL's function `name`, found at `found` in libnccl
+// (which it then forwards to), or `found` when we don't wrap it.
+void* nccl_hook_for(const char* name, void* found) noexcept;
 
 }  // namespace tierrt::preload
 

@@ -27,6 +27,7 @@
 #include "runtime/capture_tracker.h"
 #include "runtime/copy_shapes.h"
 #include "runtime/move_feedback.h"
+#include "runtime/nccl_registrations.h"
 #include "runtime/param_layouts.h"
 #include "runtime/policy_thread.h"
 #include "runtime/recorder.h"
@@ -119,6 +120,41 @@ class Engine {
     if (r == CUDA_SUCCESS) note_launch(BlockList{}, stream);
     return r;
   }
+
+  // NCCL's host API (runtime/engine_nccl.cpp). A collective or
+  // point-to-point call on `stream` whose buffers are range_at(i) for i
+  // below `count`: their blocks are resident for `stream` before NCCL sees
+  // the call (its kernels reach them through a work queue no parameter scan
+  // sees). `forward` makes the call and says whether its work went out (or
+  // will, at the group's end). Outside a group the use is recorded at once;
+  // inside one (this thread's ncclGroupStart not yet ended) the blocks stay
+  // pinned and their use is recorded when the outermost group ends, where
+  // NCCL enqueues the work. An error: the blocks could not be made resident
+  // and nothing was forwarded.
+  template <class RangeAt, class Forward>
+  CUresult nccl_call(std::size_t count, RangeAt&& range_at, CUstream stream, Forward&& forward) noexcept {
+    BlockList blocks;
+    for (std::size_t i = 0; i < count; ++i) collect_strided(range_at(i), blocks);
+    if (blocks.empty()) {
+      forward();
+      return CUDA_SUCCESS;
+    }
+    const bool grouped = nccl_grouped();
+    if (grouped && !reserve_group(blocks.span().size())) return CUDA_ERROR_OUT_OF_MEMORY;
+    if (CUresult r = before_use(blocks, stream)) return r;
+    const bool went_out = forward();
+    if (went_out && grouped) defer_to_group_end(blocks, stream);
+    else after_use(blocks, stream, went_out);
+    return CUDA_SUCCESS;
+  }
+  // ncclGroupStart and ncclGroupEnd as they succeeded (went_out: the
+  // group's work was enqueued).
+  void nccl_group_start() noexcept;
+  void nccl_group_end(bool went_out) noexcept;
+  // ncclCommRegister (after it succeeded) and ncclCommDeregister (before it
+  // is forwarded): the registered blocks keep their device memory meanwhile.
+  void nccl_register(CUdeviceptr ptr, std::size_t bytes, void* handle) noexcept;
+  void nccl_deregister(void* handle) noexcept;
 
   // Stream capture, as the capture hooks saw it succeed.
   void begin_capture(CUstream s, CUstreamCaptureMode mode) noexcept { captures_.begin(s, mode); }
@@ -234,6 +270,11 @@ class Engine {
   enum class Allocation : std::uint8_t { Live, Gone, NotOurs };
   Allocation allocation_at(CUdeviceptr p, AllocationRecord* out) const noexcept;
   static int current_device_ordinal() noexcept;
+  // The calling thread is inside an NCCL group.
+  static bool nccl_grouped() noexcept;
+  // Room for `n` more blocks in the calling thread's group.
+  static bool reserve_group(std::size_t n) noexcept;
+  void defer_to_group_end(const BlockList& blocks, CUstream stream) noexcept;
   void virtual_meminfo(std::size_t* free_bytes, std::size_t* total_bytes) noexcept;
   void add_live(std::int64_t delta) noexcept;
   void sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes) noexcept;
@@ -259,6 +300,7 @@ class Engine {
   std::atomic<std::uint64_t> live_bytes_{0}, peak_live_bytes_{0};
   AllocationRecords records_;
   int device_ordinal_ = current_device_ordinal();  // made on the thread that has ctx_ current
+  NcclRegistrations nccl_registrations_;
 };
 
 }  // namespace tierrt
