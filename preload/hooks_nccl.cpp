@@ -5,13 +5,13 @@
 // libtierrt.so in the lookup order (direct symbols) or where the
 // application's dlsym found it (a handle from dlopen).
 #include <dlfcn.h>
-#include <nccl.h>
 
 #include <atomic>
 #include <cstring>
 
 #include "driver/driver.h"
 #include "hooks.h"
+#include "nccl_abi.h"
 #include "runtime/engine.h"
 
 using namespace tierrt;
@@ -84,7 +84,7 @@ bool went_out(ncclResult_t r) noexcept { return r == ncclSuccess || r == ncclInP
 // A call touching `send_bytes` at `send` and `recv_bytes` at `recv`.
 template <class Call>
 ncclResult_t buffers(const void* send, std::size_t send_bytes, const void* recv, std::size_t recv_bytes,
-                     cudaStream_t stream, Call&& call) noexcept {
+                     CUstream stream, Call&& call) noexcept {
   Engine* e = Engine::active();
   if (!e) return call();
   const StridedRange ranges[2] = {contiguous(dev(send), send_bytes), contiguous(dev(recv), recv_bytes)};
@@ -120,7 +120,7 @@ void* nccl_hook_for(const char* name, void* found) noexcept {
 extern "C" {
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op,
-                           ncclComm_t comm, cudaStream_t s) {
+                           ncclComm_t comm, CUstream s) {
   auto real = TIERRT_NCCL_REAL(ncclAllReduce);
   if (!real) return ncclSystemError;
   const std::size_t bytes = count * element_bytes(t);
@@ -129,7 +129,7 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
 }
 
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
-                           cudaStream_t s) {
+                           CUstream s) {
   auto real = TIERRT_NCCL_REAL(ncclBroadcast);
   if (!real) return ncclSystemError;
   const std::size_t bytes = count * element_bytes(t);
@@ -138,7 +138,7 @@ ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataT
 }
 
 ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t op, int root,
-                        ncclComm_t comm, cudaStream_t s) {
+                        ncclComm_t comm, CUstream s) {
   auto real = TIERRT_NCCL_REAL(ncclReduce);
   if (!real) return ncclSystemError;
   const std::size_t bytes = count * element_bytes(t);
@@ -147,7 +147,7 @@ ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType
 }
 
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t send_count, ncclDataType_t t, ncclComm_t comm,
-                           cudaStream_t s) {
+                           CUstream s) {
   auto real = TIERRT_NCCL_REAL(ncclAllGather);
   if (!real) return ncclSystemError;
   const std::size_t bytes = send_count * element_bytes(t);
@@ -156,7 +156,7 @@ ncclResult_t ncclAllGather(const void* send, void* recv, size_t send_count, nccl
 }
 
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recv_count, ncclDataType_t t, ncclRedOp_t op,
-                               ncclComm_t comm, cudaStream_t s) {
+                               ncclComm_t comm, CUstream s) {
   auto real = TIERRT_NCCL_REAL(ncclReduceScatter);
   if (!real) return ncclSystemError;
   const std::size_t bytes = recv_count * element_bytes(t);
@@ -164,14 +164,14 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recv_count, 
                  [&] { return real(send, recv, recv_count, t, op, comm, s); });
 }
 
-ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t s) {
+ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, CUstream s) {
   auto real = TIERRT_NCCL_REAL(ncclSend);
   if (!real) return ncclSystemError;
   return buffers(send, count * element_bytes(t), nullptr, 0, s,
                  [&] { return real(send, count, t, peer, comm, s); });
 }
 
-ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t s) {
+ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, CUstream s) {
   auto real = TIERRT_NCCL_REAL(ncclRecv);
   if (!real) return ncclSystemError;
   return buffers(nullptr, 0, recv, count * element_bytes(t), s,

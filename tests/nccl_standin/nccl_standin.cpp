@@ -5,13 +5,13 @@
 // the item's address, never a buffer's. Inside ncclGroupStart/End the work
 // is enqueued at the outermost ncclGroupEnd, sends paired with receives.
 #include <cuda.h>
-#include <nccl.h>
 
+#include <cstdint>
 #include <cstring>
-#include <deque>
 #include <mutex>
 #include <vector>
 
+#include "preload/nccl_abi.h"
 #include "simdev/simdev.h"
 
 namespace {
@@ -34,7 +34,7 @@ struct Op {
   ncclComm* comm;
   CUdeviceptr src, dst;
   std::uint64_t bytes;
-  cudaStream_t stream;
+  CUstream stream;
 };
 
 thread_local int t_group_depth = 0;
@@ -61,7 +61,7 @@ struct ncclComm {
 
 namespace {
 
-ncclResult_t enqueue(ncclComm* comm, CUdeviceptr src, CUdeviceptr dst, std::uint64_t bytes, cudaStream_t stream) {
+ncclResult_t enqueue(ncclComm* comm, CUdeviceptr src, CUdeviceptr dst, std::uint64_t bytes, CUstream stream) {
   if (bytes == 0) return ncclSuccess;
   CUdeviceptr slot;
   {
@@ -89,18 +89,6 @@ ncclResult_t submit(const Op& op) {
 
 extern "C" {
 
-ncclResult_t ncclGetVersion(int* version) {
-  if (!version) return ncclInvalidArgument;
-  *version = NCCL_VERSION_CODE;
-  return ncclSuccess;
-}
-
-ncclResult_t ncclGetUniqueId(ncclUniqueId* id) {
-  if (!id) return ncclInvalidArgument;
-  std::memset(id, 0, sizeof *id);
-  return ncclSuccess;
-}
-
 ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId, int rank) {
   if (!out || nranks != 1 || rank != 0) return ncclInvalidArgument;
   static const size_t sizes[] = {sizeof(Work*)};
@@ -118,26 +106,11 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId, int ran
   return ncclSuccess;
 }
 
-ncclResult_t ncclCommInitAll(ncclComm_t* comms, int ndev, const int*) {
-  if (ndev != 1) return ncclInvalidArgument;
-  return ncclCommInitRank(comms, 1, ncclUniqueId{}, 0);
-}
-
-ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-  if (!comm) return ncclInvalidArgument;
-  cuCtxSynchronize();
-  cuMemFree_v2(comm->queue);
-  delete comm;
-  return ncclSuccess;
-}
-
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
   if (!comm || !count) return ncclInvalidArgument;
   *count = 1;
   return ncclSuccess;
 }
-
-const char* ncclGetErrorString(ncclResult_t) { return "nccl stand-in error"; }
 
 ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, void** handle) {
   if (!comm || !buff || !size || !handle) return ncclInvalidArgument;
@@ -154,36 +127,36 @@ ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
                   stream})
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t,
-                           ncclComm_t comm, cudaStream_t s) {
+                           ncclComm_t comm, CUstream s) {
   return STANDIN_COPY_(send, recv, count * element_bytes(t), comm, s);
 }
 
 ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t t, int, ncclComm_t comm,
-                           cudaStream_t s) {
+                           CUstream s) {
   return STANDIN_COPY_(send, recv, count * element_bytes(t), comm, s);
 }
 
 ncclResult_t ncclReduce(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t, int,
-                        ncclComm_t comm, cudaStream_t s) {
+                        ncclComm_t comm, CUstream s) {
   return STANDIN_COPY_(send, recv, count * element_bytes(t), comm, s);
 }
 
 ncclResult_t ncclAllGather(const void* send, void* recv, size_t count, ncclDataType_t t, ncclComm_t comm,
-                           cudaStream_t s) {
+                           CUstream s) {
   return STANDIN_COPY_(send, recv, count * element_bytes(t), comm, s);
 }
 
 ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclDataType_t t, ncclRedOp_t,
-                               ncclComm_t comm, cudaStream_t s) {
+                               ncclComm_t comm, CUstream s) {
   return STANDIN_COPY_(send, recv, count * element_bytes(t), comm, s);
 }
 
-ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t s) {
+ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, CUstream s) {
   if (peer != 0) return ncclInvalidArgument;
   return submit(Op{Op::Send, comm, reinterpret_cast<CUdeviceptr>(send), 0, count * element_bytes(t), s});
 }
 
-ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t s) {
+ncclResult_t ncclRecv(void* recv, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, CUstream s) {
   if (peer != 0) return ncclInvalidArgument;
   return submit(Op{Op::Recv, comm, 0, reinterpret_cast<CUdeviceptr>(recv), count * element_bytes(t), s});
 }
@@ -198,7 +171,7 @@ ncclResult_t ncclGroupEnd() {
   if (--t_group_depth > 0) return ncclSuccess;
   std::vector<Op> ops;
   ops.swap(t_group_ops);
-  std::deque<Op> sends, recvs;
+  std::vector<Op> sends, recvs;
   for (const Op& op : ops) {
     if (op.kind == Op::Copy) {
       if (ncclResult_t r = enqueue(op.comm, op.src, op.dst, op.bytes, op.stream)) return r;

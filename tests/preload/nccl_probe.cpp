@@ -8,14 +8,15 @@
 // not move at all. Exit status 0 means success.
 #include <cuda.h>
 #include <dlfcn.h>
-#include <nccl.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "preload/nccl_abi.h"
 #include "simdev/simdev.h"
 #include "tierrt/tierrt.h"
 
