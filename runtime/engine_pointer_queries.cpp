@@ -42,13 +42,21 @@ Engine::PointerAnswer Engine::tracked_attribute(CUpointer_attribute attr, CUdevi
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: return answer(rec.buffer_id);
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: return answer(0u);
     case CU_POINTER_ATTRIBUTE_MAPPED: return answer(1u);
-    // Synchronous copies and memsets of tierrt's memory go through hooks
-    // that keep the driver's synchronous behaviour.
-    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: return answer(1u);
+    // Unset, as for any cuMemAlloc allocation (cuPointerSetAttribute, which
+    // sets it, is not tierrt's).
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: return answer(0u);
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
       return answer(static_cast<unsigned>(CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE));
     // tierrt's memory is mapped virtual memory, which cuIpcGetMemHandle does not share.
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: return answer(0u);
+    // A block's mapping is its own whatever backs it; a slab slot's is the
+    // slab's, as the driver says of its own small allocations.
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
+      if (const alloc::Block* b = alloc_->lookup(p)) return answer(b->va);
+      return PointerAnswer::Driver;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+      if (const alloc::Block* b = alloc_->lookup(p)) return answer(b->mapped);
+      return PointerAnswer::Driver;
     default: return PointerAnswer::Driver;
   }
 }

@@ -62,13 +62,24 @@ class PointerQueryTest : public ::testing::Test {
     SCOPED_TRACE(state);
     for (CUpointer_attribute a :
          {CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, CU_POINTER_ATTRIBUTE_ACCESS_FLAGS,
-          CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
-          CU_POINTER_ATTRIBUTE_MAPPED, CU_POINTER_ATTRIBUTE_RANGE_SIZE}) {
+          CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED, CU_POINTER_ATTRIBUTE_MAPPED,
+          CU_POINTER_ATTRIBUTE_RANGE_SIZE}) {
       std::uint64_t want = 0, got = 0;
       ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuPointerGetAttribute, &want, a, u + 4096)) << "attribute " << a;
       EXPECT_EQ(CUDA_SUCCESS, tiered(a, t + 4096, &got)) << "attribute " << a;
       EXPECT_EQ(want, got) << "attribute " << a;
     }
+    // NVIDIA's driver leaves SYNC_MEMOPS unset for a cuMemAlloc allocation
+    // (simdev sets it): tierrt answers as the driver does.
+    unsigned sync_memops = 1;
+    EXPECT_EQ(CUDA_SUCCESS, tiered(CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, t + 4096, &sync_memops));
+    EXPECT_EQ(0u, sync_memops);
+    CUdeviceptr mapping = 0;
+    size_t mapped = 0;
+    EXPECT_EQ(CUDA_SUCCESS, tiered(CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, t + 4096, &mapping));
+    EXPECT_EQ(t, mapping);
+    EXPECT_EQ(CUDA_SUCCESS, tiered(CU_POINTER_ATTRIBUTE_MAPPING_SIZE, t + 4096, &mapped));
+    EXPECT_GE(mapped, bytes);
     CUdeviceptr start = 0, dev = 0;
     EXPECT_EQ(CUDA_SUCCESS, tiered(CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, t + 4096, &start));
     EXPECT_EQ(t, start);
