@@ -70,8 +70,13 @@ std::size_t element_bytes(ncclDataType_t t) noexcept {
 
 // Ranks in `comm`; 1 when NCCL cannot say (the call then fails in NCCL).
 std::size_t ranks(ncclComm_t comm) noexcept {
-  void* library = g_nccl_library.load(std::memory_order_acquire);
-  void* fn = drv::real_dlsym()(library ? library : RTLD_NEXT, "ncclCommCount");
+  static std::atomic<void*> g_count{nullptr};
+  void* fn = g_count.load(std::memory_order_acquire);
+  if (!fn) {
+    void* library = g_nccl_library.load(std::memory_order_acquire);
+    fn = drv::real_dlsym()(library ? library : RTLD_NEXT, "ncclCommCount");
+    g_count.store(fn, std::memory_order_release);
+  }
   auto count = reinterpret_cast<decltype(&::ncclCommCount)>(fn);
   int n = 0;
   return count && count(comm, &n) == ncclSuccess && n > 0 ? static_cast<std::size_t>(n) : 1;
