@@ -187,8 +187,7 @@ ncclResult_t ncclGroupStart() {
   auto real = TIERRT_NCCL_REAL(ncclGroupStart);
   if (!real) return ncclSystemError;
   const ncclResult_t r = real();
-  if (r == ncclSuccess)
-    if (Engine* e = Engine::active()) e->nccl_group_start();
+  if (r == ncclSuccess) Engine::nccl_group_start();
   return r;
 }
 
@@ -196,7 +195,7 @@ ncclResult_t ncclGroupEnd() {
   auto real = TIERRT_NCCL_REAL(ncclGroupEnd);
   if (!real) return ncclSystemError;
   const ncclResult_t r = real();
-  if (Engine* e = Engine::active()) e->nccl_group_end(went_out(r));
+  Engine::nccl_group_end(went_out(r));
   return r;
 }
 

@@ -44,6 +44,10 @@ void Engine::nccl_group_start() noexcept { ++t_group.depth; }
 
 void Engine::nccl_group_end(bool went_out) noexcept {
   if (t_group.depth == 0 || --t_group.depth > 0) return;
+  if (Engine* e = active()) e->end_group_uses(went_out);
+}
+
+void Engine::end_group_uses(bool went_out) noexcept {
   auto& uses = t_group.uses;
   std::stable_sort(uses.begin(), uses.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   for (std::size_t i = 0; i < uses.size();) {

@@ -147,10 +147,11 @@ class Engine {
     else after_use(blocks, stream, went_out);
     return CUDA_SUCCESS;
   }
-  // ncclGroupStart and ncclGroupEnd as they succeeded (went_out: the
-  // group's work was enqueued).
-  void nccl_group_start() noexcept;
-  void nccl_group_end(bool went_out) noexcept;
+  // ncclGroupStart as it succeeded, ncclGroupEnd once it returned
+  // (went_out: the group's work was enqueued). Counted whether or not an
+  // engine runs, so that a group opened before the engine started is one.
+  static void nccl_group_start() noexcept;
+  static void nccl_group_end(bool went_out) noexcept;
   // ncclCommRegister (after it succeeded) and ncclCommDeregister (before it
   // is forwarded): the registered blocks keep their device memory meanwhile.
   void nccl_register(CUdeviceptr ptr, std::size_t bytes, void* handle) noexcept;
@@ -275,6 +276,9 @@ class Engine {
   // Room for `n` more blocks in the calling thread's group.
   static bool reserve_group(std::size_t n) noexcept;
   void defer_to_group_end(const BlockList& blocks, CUstream stream) noexcept;
+  // The outermost group ended: record (if its work went out) and release
+  // the uses deferred to it.
+  void end_group_uses(bool went_out) noexcept;
   void virtual_meminfo(std::size_t* free_bytes, std::size_t* total_bytes) noexcept;
   void add_live(std::int64_t delta) noexcept;
   void sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes) noexcept;
