@@ -65,7 +65,8 @@ TIERRT_DESCRIBED_ASYNC_(cuMemcpy3DPeerAsync_ptsz, cuMemcpy3DPeerAsync, CUDA_MEMC
 
 #define TIERRT_PEER_SYNC_(name, stream)                                                             \
   CUresult name(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n) { \
-    return peer(dst, src, n, stream(), [&] { return TIERRT_REAL(name, cuMemcpyPeer)(dst, dst_ctx, src, src_ctx, n); }); \
+    return peer(dst, src, n, stream(),                                                              \
+                [&] { return TIERRT_REAL(name, cuMemcpyPeer)(dst, dst_ctx, src, src_ctx, n); });    \
   }
 TIERRT_PEER_SYNC_(cuMemcpyPeer, legacy_default)
 TIERRT_PEER_SYNC_(cuMemcpyPeer_ptds, per_thread_default)

@@ -16,8 +16,8 @@ bool times(std::size_t a, std::size_t b, std::size_t* out) noexcept { return !__
 }  // namespace
 
 CUdeviceptr Engine::collect_span(CUdeviceptr ptr, std::size_t bytes, BlockList& out) noexcept {
-  const CUdeviceptr end = bytes > std::numeric_limits<CUdeviceptr>::max() - ptr ? std::numeric_limits<CUdeviceptr>::max()
-                                                                                 : ptr + bytes;
+  constexpr CUdeviceptr kTop = std::numeric_limits<CUdeviceptr>::max();
+  const CUdeviceptr end = bytes > kTop - ptr ? kTop : ptr + bytes;
   const CUdeviceptr granule = alloc_->granularity();
   CUdeviceptr at = ptr;
   while (at < end) {
@@ -28,7 +28,7 @@ CUdeviceptr Engine::collect_span(CUdeviceptr ptr, std::size_t bytes, BlockList& 
     } else {
       next = (at / granule + 1) * granule;
     }
-    if (next <= at) return std::numeric_limits<CUdeviceptr>::max();  // the top of the address space
+    if (next <= at) return kTop;  // the top of the address space
     at = next;
   }
   return at;
