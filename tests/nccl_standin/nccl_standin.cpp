@@ -106,6 +106,13 @@ ncclResult_t ncclCommInitRank(ncclComm_t* out, int nranks, ncclUniqueId, int ran
   return ncclSuccess;
 }
 
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+  if (!comm) return ncclInvalidArgument;
+  const bool freed = cuCtxSynchronize() == CUDA_SUCCESS && cuMemFree_v2(comm->queue) == CUDA_SUCCESS;
+  delete comm;
+  return freed ? ncclSuccess : ncclUnhandledCudaError;
+}
+
 ncclResult_t ncclCommCount(const ncclComm_t comm, int* count) {
   if (!comm || !count) return ncclInvalidArgument;
   *count = 1;

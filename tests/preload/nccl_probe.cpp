@@ -45,12 +45,13 @@ struct Nccl {
   decltype(&::ncclGroupEnd) group_end;
   decltype(&::ncclCommRegister) reg;
   decltype(&::ncclCommDeregister) dereg;
+  decltype(&::ncclCommDestroy) destroy;
 };
 
 Nccl nccl_for(const std::string& path) {
   if (path == "direct")
     return {&::ncclCommInitRank, &::ncclAllReduce, &::ncclAllGather, &::ncclSend, &::ncclRecv,
-            &::ncclGroupStart, &::ncclGroupEnd, &::ncclCommRegister, &::ncclCommDeregister};
+            &::ncclGroupStart, &::ncclGroupEnd, &::ncclCommRegister, &::ncclCommDeregister, &::ncclCommDestroy};
   if (path != "dlsym") fail("unknown path " + path);
   void* h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
   if (!h) fail(std::string("dlopen libnccl.so.2: ") + dlerror());
@@ -61,6 +62,7 @@ Nccl nccl_for(const std::string& path) {
   LOAD_(init, "ncclCommInitRank") LOAD_(all_reduce, "ncclAllReduce") LOAD_(all_gather, "ncclAllGather")
   LOAD_(send, "ncclSend") LOAD_(recv, "ncclRecv") LOAD_(group_start, "ncclGroupStart")
   LOAD_(group_end, "ncclGroupEnd") LOAD_(reg, "ncclCommRegister") LOAD_(dereg, "ncclCommDeregister")
+  LOAD_(destroy, "ncclCommDestroy")
 #undef LOAD_
   return n;
 }
@@ -174,6 +176,7 @@ int main(int argc, char** argv) {
   expect(c, 3, "a buffer spilled after its registration ended");
 
   for (CUdeviceptr p : {a, b, c}) check(cuMemFree_v2(p), "cuMemFree");
+  check_nccl(n.destroy(comm), "ncclCommDestroy");
   std::printf("NCCL through %s: collectives saw their spilled buffers; pending and registered ones stayed\n",
               path.c_str());
   return 0;
