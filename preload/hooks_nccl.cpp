@@ -19,6 +19,7 @@ using namespace tierrt::preload;
 
 #define TIERRT_NCCL_HOOKS(X)                                                                   \
   X(ncclAllReduce) X(ncclBroadcast) X(ncclReduce) X(ncclAllGather) X(ncclReduceScatter)        \
+  X(ncclBcast) X(ncclAlltoAll) X(ncclGather) X(ncclScatter)                                    \
   X(ncclSend) X(ncclRecv) X(ncclGroupStart) X(ncclGroupEnd) X(ncclCommRegister)                \
   X(ncclCommDeregister)
 
@@ -167,6 +168,36 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t recv_count, 
   const std::size_t bytes = recv_count * element_bytes(t);
   return buffers(send, bytes * ranks(comm), recv, bytes, s,
                  [&] { return real(send, recv, recv_count, t, op, comm, s); });
+}
+
+ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t t, int root, ncclComm_t comm, CUstream s) {
+  auto real = TIERRT_NCCL_REAL(ncclBcast);
+  if (!real) return ncclSystemError;
+  return buffers(buff, count * element_bytes(t), nullptr, 0, s, [&] { return real(buff, count, t, root, comm, s); });
+}
+
+ncclResult_t ncclAlltoAll(const void* send, void* recv, size_t count, ncclDataType_t t, ncclComm_t comm,
+                          CUstream s) {
+  auto real = TIERRT_NCCL_REAL(ncclAlltoAll);
+  if (!real) return ncclSystemError;
+  const std::size_t bytes = count * element_bytes(t) * ranks(comm);
+  return buffers(send, bytes, recv, bytes, s, [&] { return real(send, recv, count, t, comm, s); });
+}
+
+ncclResult_t ncclGather(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
+                        CUstream s) {
+  auto real = TIERRT_NCCL_REAL(ncclGather);
+  if (!real) return ncclSystemError;
+  const std::size_t bytes = count * element_bytes(t);
+  return buffers(send, bytes, recv, bytes * ranks(comm), s, [&] { return real(send, recv, count, t, root, comm, s); });
+}
+
+ncclResult_t ncclScatter(const void* send, void* recv, size_t count, ncclDataType_t t, int root, ncclComm_t comm,
+                         CUstream s) {
+  auto real = TIERRT_NCCL_REAL(ncclScatter);
+  if (!real) return ncclSystemError;
+  const std::size_t bytes = count * element_bytes(t);
+  return buffers(send, bytes * ranks(comm), recv, bytes, s, [&] { return real(send, recv, count, t, root, comm, s); });
 }
 
 ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, CUstream s) {

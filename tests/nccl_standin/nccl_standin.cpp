@@ -158,6 +158,24 @@ ncclResult_t ncclReduceScatter(const void* send, void* recv, size_t count, ncclD
   return STANDIN_COPY_(send, recv, count * element_bytes(t), comm, s);
 }
 
+ncclResult_t ncclBcast(void* buff, size_t count, ncclDataType_t t, int, ncclComm_t comm, CUstream s) {
+  return STANDIN_COPY_(buff, buff, count * element_bytes(t), comm, s);
+}
+
+ncclResult_t ncclAlltoAll(const void* send, void* recv, size_t count, ncclDataType_t t, ncclComm_t comm, CUstream s) {
+  return STANDIN_COPY_(send, recv, count * element_bytes(t), comm, s);
+}
+
+ncclResult_t ncclGather(const void* send, void* recv, size_t count, ncclDataType_t t, int, ncclComm_t comm,
+                        CUstream s) {
+  return STANDIN_COPY_(send, recv, count * element_bytes(t), comm, s);
+}
+
+ncclResult_t ncclScatter(const void* send, void* recv, size_t count, ncclDataType_t t, int, ncclComm_t comm,
+                         CUstream s) {
+  return STANDIN_COPY_(send, recv, count * element_bytes(t), comm, s);
+}
+
 ncclResult_t ncclSend(const void* send, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, CUstream s) {
   if (peer != 0) return ncclInvalidArgument;
   return submit(Op{Op::Send, comm, reinterpret_cast<CUdeviceptr>(send), 0, count * element_bytes(t), s});

@@ -39,6 +39,7 @@ struct Nccl {
   decltype(&::ncclCommInitRank) init;
   decltype(&::ncclAllReduce) all_reduce;
   decltype(&::ncclAllGather) all_gather;
+  decltype(&::ncclAlltoAll) all_to_all;
   decltype(&::ncclSend) send;
   decltype(&::ncclRecv) recv;
   decltype(&::ncclGroupStart) group_start;
@@ -50,7 +51,7 @@ struct Nccl {
 
 Nccl nccl_for(const std::string& path) {
   if (path == "direct")
-    return {&::ncclCommInitRank, &::ncclAllReduce, &::ncclAllGather, &::ncclSend, &::ncclRecv,
+    return {&::ncclCommInitRank, &::ncclAllReduce, &::ncclAllGather, &::ncclAlltoAll, &::ncclSend, &::ncclRecv,
             &::ncclGroupStart, &::ncclGroupEnd, &::ncclCommRegister, &::ncclCommDeregister, &::ncclCommDestroy};
   if (path != "dlsym") fail("unknown path " + path);
   void* h = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
@@ -60,6 +61,7 @@ Nccl nccl_for(const std::string& path) {
   n.field = reinterpret_cast<decltype(n.field)>(dlsym(h, name));          \
   if (!n.field) fail(std::string("dlsym ") + name);
   LOAD_(init, "ncclCommInitRank") LOAD_(all_reduce, "ncclAllReduce") LOAD_(all_gather, "ncclAllGather")
+  LOAD_(all_to_all, "ncclAlltoAll")
   LOAD_(send, "ncclSend") LOAD_(recv, "ncclRecv") LOAD_(group_start, "ncclGroupStart")
   LOAD_(group_end, "ncclGroupEnd") LOAD_(reg, "ncclCommRegister") LOAD_(dereg, "ncclCommDeregister")
   LOAD_(destroy, "ncclCommDestroy")
@@ -140,6 +142,15 @@ int main(int argc, char** argv) {
   check(cuStreamSynchronize(s), "cuStreamSynchronize");
   expect(b, 1, "ncclAllReduce on spilled buffers");
   if (stats_now().demand_fetches < demanded + 2) fail("ncclAllReduce ran without making its buffers resident");
+
+  // The same for an all-to-all, whose buffers span every rank's share.
+  spill_all({c, b});
+  const std::uint64_t demanded_again = stats_now().demand_fetches;
+  check_nccl(n.all_to_all(reinterpret_cast<void*>(c), reinterpret_cast<void*>(b), kWords, ncclUint32, comm, s),
+             "ncclAlltoAll");
+  check(cuStreamSynchronize(s), "cuStreamSynchronize");
+  expect(b, 3, "ncclAlltoAll on spilled buffers");
+  if (stats_now().demand_fetches < demanded_again + 2) fail("ncclAlltoAll ran without making its buffers resident");
 
   // A group: the send and the receive are enqueued at its end.
   spill_all({c, b});
