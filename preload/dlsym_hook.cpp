@@ -4,8 +4,9 @@
 // Programs that dlopen libcuda.so.1 and dlsym its functions (XLA's stubs and
 // many loaders) never see LD_PRELOAD definitions, because a lookup on a
 // handle searches that library only. So dlsym itself answers: when the name
-// is a function tierrt wraps and the symbol found lives in the CUDA driver,
-// the caller gets tierrt's function instead.
+// is a function tierrt wraps and the symbol found lives in the CUDA driver
+// (or, for NCCL's host API, in libnccl), the caller gets tierrt's function
+// instead.
 #include <dlfcn.h>
 
 #include <cstring>
@@ -17,8 +18,8 @@
 // dlsym while it starts, before its shadow memory exists, and the trampoline
 // sends those lookups here: this path must be uninstrumented (as is the
 // real-dlsym lookup in driver/driver.cpp it calls). answer() and what it
-// calls are instrumented: only "cu..." names reach them, which no runtime
-// looks up.
+// calls are instrumented: only "cu..." and "nccl..." names reach them, which
+// no runtime looks up.
 #define TIERRT_UNSANITIZED __attribute__((no_sanitize("address", "undefined", "thread")))
 
 namespace {
@@ -30,19 +31,22 @@ TIERRT_UNSANITIZED DlvsymFn libc_dlvsym() noexcept {
   return fn;
 }
 
-// True when `addr` is inside the CUDA driver library.
-bool in_driver(void* addr) noexcept {
+// True when `addr` is inside a library whose file name starts with `library`.
+bool in_library(void* addr, const char* library) noexcept {
   Dl_info info;
   if (!dladdr(addr, &info) || !info.dli_fname) return false;
   const char* base = std::strrchr(info.dli_fname, '/');
   base = base ? base + 1 : info.dli_fname;
-  return std::strncmp(base, "libcuda.so", 10) == 0;
+  return std::strncmp(base, library, std::strlen(library)) == 0;
 }
+
+bool is_nccl_name(const char* name) noexcept { return std::strncmp(name, "nccl", 4) == 0; }
 
 void* answer(const char* name, void* found) noexcept {
   if (!found || !name) return found;
+  if (is_nccl_name(name)) return in_library(found, "libnccl.so") ? tierrt::preload::nccl_hook_for(name, found) : found;
   void* ours = tierrt::preload::hook_for_name(name);
-  return ours && ours != found && in_driver(found) ? ours : found;
+  return ours && ours != found && in_library(found, "libcuda.so") ? ours : found;
 }
 
 }  // namespace
@@ -74,12 +78,14 @@ void* tierrt_dlvsym_driver_symbol(void* handle, const char* name, const char* ve
 // library may be resolved relative to libtierrt.so rather than to its
 // caller, unless the compiler happens to turn these calls into tail calls.
 TIERRT_UNSANITIZED void* dlsym(void* handle, const char* name) {
-  if (name && name[0] == 'c' && name[1] == 'u') return tierrt_dlsym_driver_symbol(handle, name);
+  if (name && (name[0] == 'c' ? name[1] == 'u' : name[0] == 'n' && name[1] == 'c' && name[2] == 'c' && name[3] == 'l'))
+    return tierrt_dlsym_driver_symbol(handle, name);
   return tierrt::drv::real_dlsym()(handle, name);
 }
 
 TIERRT_UNSANITIZED void* dlvsym(void* handle, const char* name, const char* version) {
-  if (name && name[0] == 'c' && name[1] == 'u') return tierrt_dlvsym_driver_symbol(handle, name, version);
+  if (name && (name[0] == 'c' ? name[1] == 'u' : name[0] == 'n' && name[1] == 'c' && name[2] == 'c' && name[3] == 'l'))
+    return tierrt_dlvsym_driver_symbol(handle, name, version);
   DlvsymFn fn = libc_dlvsym();
   return fn ? fn(handle, name, version) : nullptr;
 }

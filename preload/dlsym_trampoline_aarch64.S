@@ -1,8 +1,8 @@
 /*
  * dlsym and dlvsym as libtierrt.so exports them, for AArch64: the same
- * contract as dlsym_trampoline_x86_64.S. Names that may be driver symbols
- * ("cu...") branch to the C code that answers for the functions tierrt
- * wraps. Every other lookup branches (not links) to the C library's own
+ * contract as dlsym_trampoline_x86_64.S. Names that may be driver or NCCL
+ * symbols ("cu...", "nccl...") branch to the C code that answers for the
+ * functions tierrt wraps. Every other lookup branches (not links) to the C library's own
  * dlsym with lr restored, so the return address it reads is still the
  * original caller's and dlsym(RTLD_NEXT, ...) keeps meaning "next after the
  * caller": a plain C wrapper would make it "next after libtierrt.so" and
@@ -56,9 +56,21 @@ dlsym:
     cbz x1, 1f
     ldrb w16, [x1]
     cmp w16, #0x63              /* 'c' */
-    b.ne 1f
+    b.ne 2f
     ldrb w16, [x1, #1]
     cmp w16, #0x75              /* 'u' */
+    b.ne 1f
+    b tierrt_dlsym_driver_symbol
+2:  cmp w16, #0x6e              /* "nccl", a byte at a time: never past the name's end */
+    b.ne 1f
+    ldrb w16, [x1, #1]
+    cmp w16, #0x63
+    b.ne 1f
+    ldrb w16, [x1, #2]
+    cmp w16, #0x63
+    b.ne 1f
+    ldrb w16, [x1, #3]
+    cmp w16, #0x6c
     b.ne 1f
     b tierrt_dlsym_driver_symbol
 1:  SIGN_LR
@@ -92,10 +104,22 @@ dlvsym:
     LANDING_PAD
     cbz x1, 1f
     ldrb w16, [x1]
-    cmp w16, #0x63
+    cmp w16, #0x63              /* 'c' */
+    b.ne 2f
+    ldrb w16, [x1, #1]
+    cmp w16, #0x75              /* 'u' */
+    b.ne 1f
+    b tierrt_dlvsym_driver_symbol
+2:  cmp w16, #0x6e              /* "nccl", a byte at a time: never past the name's end */
     b.ne 1f
     ldrb w16, [x1, #1]
-    cmp w16, #0x75
+    cmp w16, #0x63
+    b.ne 1f
+    ldrb w16, [x1, #2]
+    cmp w16, #0x63
+    b.ne 1f
+    ldrb w16, [x1, #3]
+    cmp w16, #0x6c
     b.ne 1f
     b tierrt_dlvsym_driver_symbol
 1:  SIGN_LR

@@ -40,6 +40,21 @@ CUresult CUDAAPI cuGraphKernelNodeSetParams(CUgraphNode node, const CUDA_KERNEL_
 CUresult CUDAAPI cuGraphExecKernelNodeSetParams(CUgraphExec exec, CUgraphNode node,
                                                 const CUDA_KERNEL_NODE_PARAMS_v1* params);
 }
+// The same for the first forms of the batch copies (CUDA 12.8, with a
+// failure index) and of the stream memory operations (CUDA 8.0 and 9.0,
+// with the _v2 forms' prototypes), which drivers still export.
+#undef cuMemcpyBatchAsync
+#undef cuMemcpy3DBatchAsync
+#undef cuStreamWriteValue32
+#undef cuStreamWriteValue64
+#undef cuStreamWaitValue32
+#undef cuStreamWaitValue64
+#undef cuStreamBatchMemOp
+extern "C" CUresult CUDAAPI cuMemcpyBatchAsync(CUdeviceptr* dsts, CUdeviceptr* srcs, size_t* sizes, size_t count,
+                                               CUmemcpyAttributes* attrs, size_t* attr_idxs, size_t num_attrs,
+                                               size_t* fail_idx, CUstream stream);
+extern "C" CUresult CUDAAPI cuMemcpy3DBatchAsync(size_t count, CUDA_MEMCPY3D_BATCH_OP* ops, size_t* fail_idx,
+                                                 unsigned long long flags, CUstream stream);
 
 #define TIERRT_HOOKS(X)                                                              \
   X(cuMemAlloc_v2, cuMemAlloc_v2)                                                    \
@@ -130,7 +145,66 @@ CUresult CUDAAPI cuGraphExecKernelNodeSetParams(CUgraphExec exec, CUgraphNode no
   X(cuGraphExecUpdate, cuGraphExecUpdate)                                            \
   X(cuGraphAddKernelNode, cuGraphAddKernelNode)                                      \
   X(cuGraphKernelNodeSetParams, cuGraphKernelNodeSetParams)                          \
-  X(cuGraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams)
+  X(cuGraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams)            \
+  X(cuMemGetAddressRange_v2, cuMemGetAddressRange_v2)                                \
+  X(cuMemcpy2D_v2, cuMemcpy2D_v2)                                                    \
+  X(cuMemcpy2D_v2_ptds, cuMemcpy2D_v2)                                               \
+  X(cuMemcpy2DUnaligned_v2, cuMemcpy2DUnaligned_v2)                                  \
+  X(cuMemcpy2DUnaligned_v2_ptds, cuMemcpy2DUnaligned_v2)                             \
+  X(cuMemcpy2DAsync_v2, cuMemcpy2DAsync_v2)                                          \
+  X(cuMemcpy2DAsync_v2_ptsz, cuMemcpy2DAsync_v2)                                     \
+  X(cuMemcpy3D_v2, cuMemcpy3D_v2)                                                    \
+  X(cuMemcpy3D_v2_ptds, cuMemcpy3D_v2)                                               \
+  X(cuMemcpy3DAsync_v2, cuMemcpy3DAsync_v2)                                          \
+  X(cuMemcpy3DAsync_v2_ptsz, cuMemcpy3DAsync_v2)                                     \
+  X(cuMemcpyPeer, cuMemcpyPeer)                                                      \
+  X(cuMemcpyPeer_ptds, cuMemcpyPeer)                                                 \
+  X(cuMemcpyPeerAsync, cuMemcpyPeerAsync)                                            \
+  X(cuMemcpyPeerAsync_ptsz, cuMemcpyPeerAsync)                                       \
+  X(cuMemcpy3DPeer, cuMemcpy3DPeer)                                                  \
+  X(cuMemcpy3DPeer_ptds, cuMemcpy3DPeer)                                             \
+  X(cuMemcpy3DPeerAsync, cuMemcpy3DPeerAsync)                                        \
+  X(cuMemcpy3DPeerAsync_ptsz, cuMemcpy3DPeerAsync)                                   \
+  X(cuMemcpyBatchAsync_v2, cuMemcpyBatchAsync_v2)                                    \
+  X(cuMemcpyBatchAsync_v2_ptsz, cuMemcpyBatchAsync_v2)                               \
+  X(cuMemcpy3DBatchAsync_v2, cuMemcpy3DBatchAsync_v2)                                \
+  X(cuMemcpy3DBatchAsync_v2_ptsz, cuMemcpy3DBatchAsync_v2)                           \
+  X(cuMemsetD2D8_v2, cuMemsetD2D8_v2)                                                \
+  X(cuMemsetD2D8_v2_ptds, cuMemsetD2D8_v2)                                           \
+  X(cuMemsetD2D16_v2, cuMemsetD2D16_v2)                                              \
+  X(cuMemsetD2D16_v2_ptds, cuMemsetD2D16_v2)                                         \
+  X(cuMemsetD2D32_v2, cuMemsetD2D32_v2)                                              \
+  X(cuMemsetD2D32_v2_ptds, cuMemsetD2D32_v2)                                         \
+  X(cuMemsetD2D8Async, cuMemsetD2D8Async)                                            \
+  X(cuMemsetD2D8Async_ptsz, cuMemsetD2D8Async)                                       \
+  X(cuMemsetD2D16Async, cuMemsetD2D16Async)                                          \
+  X(cuMemsetD2D16Async_ptsz, cuMemsetD2D16Async)                                     \
+  X(cuMemsetD2D32Async, cuMemsetD2D32Async)                                          \
+  X(cuMemsetD2D32Async_ptsz, cuMemsetD2D32Async)                                     \
+  X(cuStreamWriteValue32_v2, cuStreamWriteValue32_v2)                                \
+  X(cuStreamWriteValue32_v2_ptsz, cuStreamWriteValue32_v2)                           \
+  X(cuStreamWriteValue64_v2, cuStreamWriteValue64_v2)                                \
+  X(cuStreamWriteValue64_v2_ptsz, cuStreamWriteValue64_v2)                           \
+  X(cuStreamWaitValue32_v2, cuStreamWaitValue32_v2)                                  \
+  X(cuStreamWaitValue32_v2_ptsz, cuStreamWaitValue32_v2)                             \
+  X(cuStreamWaitValue64_v2, cuStreamWaitValue64_v2)                                  \
+  X(cuStreamWaitValue64_v2_ptsz, cuStreamWaitValue64_v2)                             \
+  X(cuStreamBatchMemOp_v2, cuStreamBatchMemOp_v2)                                    \
+  X(cuStreamBatchMemOp_v2_ptsz, cuStreamBatchMemOp_v2)                               \
+  X(cuMemcpyBatchAsync, cuMemcpyBatchAsync)                                          \
+  X(cuMemcpyBatchAsync_ptsz, cuMemcpyBatchAsync)                                     \
+  X(cuMemcpy3DBatchAsync, cuMemcpy3DBatchAsync)                                      \
+  X(cuMemcpy3DBatchAsync_ptsz, cuMemcpy3DBatchAsync)                                 \
+  X(cuStreamWriteValue32, cuStreamWriteValue32_v2)                                   \
+  X(cuStreamWriteValue32_ptsz, cuStreamWriteValue32_v2)                              \
+  X(cuStreamWriteValue64, cuStreamWriteValue64_v2)                                   \
+  X(cuStreamWriteValue64_ptsz, cuStreamWriteValue64_v2)                              \
+  X(cuStreamWaitValue32, cuStreamWaitValue32_v2)                                     \
+  X(cuStreamWaitValue32_ptsz, cuStreamWaitValue32_v2)                                \
+  X(cuStreamWaitValue64, cuStreamWaitValue64_v2)                                     \
+  X(cuStreamWaitValue64_ptsz, cuStreamWaitValue64_v2)                                \
+  X(cuStreamBatchMemOp, cuStreamBatchMemOp_v2)                                       \
+  X(cuStreamBatchMemOp_ptsz, cuStreamBatchMemOp_v2)
 
 namespace tierrt::preload {
 
@@ -159,6 +233,9 @@ inline CUstream ptsz(CUstream s) noexcept { return s ? s : CU_STREAM_PER_THREAD;
 void* hook_for_name(const char* name) noexcept;
 // Our function standing in for the driver function at `real`, or `real`.
 void* substitute_address(void* real) noexcept;
+// Our function for NCCL's function `name`, found at `found` in libnccl
+// (which it then forwards to), or `found` when we don't wrap it.
+void* nccl_hook_for(const char* name, void* found) noexcept;
 
 }  // namespace tierrt::preload
 

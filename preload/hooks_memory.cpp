@@ -90,4 +90,10 @@ CUresult cuPointerGetAttributes(unsigned count, CUpointer_attribute* attrs, void
   return forward();
 }
 
+CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr p) {
+  auto forward = [&] { return TIERRT_REAL(cuMemGetAddressRange_v2, cuMemGetAddressRange_v2)(base, size, p); };
+  if (Engine* e = Engine::active()) return e->address_range(base, size, p, forward);
+  return forward();
+}
+
 }  // extern "C"

@@ -210,6 +210,7 @@ CUresult Engine::allocate(CUdeviceptr* out, size_t bytes, CUstream app_stream) n
   const CUstream stream = StreamIds::key(app_stream);
   CUresult r = alloc_->allocate(out, bytes, stream, flags);
   if (r != CUDA_SUCCESS) return r;
+  if (!flags.pass_through) records_.add(*out, bytes);
   if (alloc::Block* b = alloc_->lookup(*out)) {
     add_live(static_cast<std::int64_t>(b->size));
     if (listening()) emit(policy::Event::alloc(b->va, b->size, streams_.id(stream)));
@@ -230,6 +231,7 @@ bool Engine::free_tracked(CUdeviceptr ptr, CUstream app_stream, CUresult* result
   const size_t size = b && b->va == ptr ? b->size : 0;
   // Before the free: once freed, the block may be handed out again.
   pointers_.forget(b ? unit_of(b) : ptr);
+  records_.remove(ptr);
   *result = alloc_->free(ptr, stream);
   if (*result == CUDA_SUCCESS && size) {
     add_live(-static_cast<std::int64_t>(size));
@@ -252,25 +254,6 @@ bool Engine::advise(CUdeviceptr ptr, tierrt_advice advice) noexcept {
     case TIERRT_ADVISE_UNPIN: return alloc_->unpin(b);
   }
   return false;
-}
-
-// While a block is spilled its address may have nothing mapped; its range
-// is the block's.
-bool Engine::tracked_attribute(CUpointer_attribute attr, CUdeviceptr p, void* data) noexcept {
-  const alloc::Block* b = alloc_->lookup(p);
-  if (!b) return false;
-  switch (attr) {
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *static_cast<CUdeviceptr*>(data) = b->va; return true;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *static_cast<size_t*>(data) = b->size; return true;
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *static_cast<unsigned*>(data) = CU_MEMORYTYPE_DEVICE; return true;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *static_cast<CUdeviceptr*>(data) = p; return true;
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *static_cast<unsigned*>(data) = 0; return true;
-    case CU_POINTER_ATTRIBUTE_MAPPED: *static_cast<unsigned*>(data) = 1; return true;
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-      *static_cast<unsigned long long*>(data) = static_cast<unsigned long long>(b->va);
-      return true;
-    default: return false;
-  }
 }
 
 void Engine::virtual_meminfo(size_t* free_bytes, size_t* total_bytes) noexcept {

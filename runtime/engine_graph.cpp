@@ -159,8 +159,8 @@ void Engine::graph_kernel_node(CUgraph graph, CUgraphNode node, CUgraphExec exec
   // A library kernel stands in for the function when no function is given.
   CUfunction f = p->func ? p->func : reinterpret_cast<CUfunction>(p->kern);
   BlockList blocks;
-  collect_launch(f, p->kernelParams, p->extra, blocks);
-  const bool known = !blocks.incomplete() && (!p->kernelParams || layouts_.get(f).known);
+  const bool known = collect_launch(f, p->kernelParams, p->extra, blocks) && add_pointed_to(blocks) &&
+                     !blocks.incomplete();
   try {
     const GraphRegistry::Addresses a = addresses_of(blocks);
     if (exec) graphs_.exec_node_set(exec, node, a, known);
@@ -173,12 +173,13 @@ void Engine::graph_kernel_node(CUgraph graph, CUgraphNode node, CUgraphExec exec
 
 void Engine::graph_memcpy_node(CUgraph graph, CUgraphNode node, const CUDA_MEMCPY3D& p) noexcept {
   BlockList blocks;
-  collect_range(copy_side(p.srcMemoryType, p.srcDevice, p.srcXInBytes, p.srcY, p.srcZ, p.srcPitch, p.srcHeight, p),
-                blocks);
-  collect_range(copy_side(p.dstMemoryType, p.dstDevice, p.dstXInBytes, p.dstY, p.dstZ, p.dstPitch, p.dstHeight, p),
-                blocks);
+  bool known = collect_range(
+      copy_side(p.srcMemoryType, p.srcDevice, p.srcXInBytes, p.srcY, p.srcZ, p.srcPitch, p.srcHeight, p), blocks);
+  known &= collect_range(
+      copy_side(p.dstMemoryType, p.dstDevice, p.dstXInBytes, p.dstY, p.dstZ, p.dstPitch, p.dstHeight, p), blocks);
+  known &= add_pointed_to(blocks);
   try {
-    graphs_.node_set(graph, node, addresses_of(blocks), !blocks.incomplete());
+    graphs_.node_set(graph, node, addresses_of(blocks), known && !blocks.incomplete());
   } catch (const std::bad_alloc&) {
     pin_for_good(blocks, CU_STREAM_LEGACY);
   }
@@ -186,12 +187,13 @@ void Engine::graph_memcpy_node(CUgraph graph, CUgraphNode node, const CUDA_MEMCP
 
 void Engine::graph_memset_node(CUgraph graph, CUgraphNode node, const CUDA_MEMSET_NODE_PARAMS& p) noexcept {
   BlockList blocks;
+  bool known = true;
   if (p.width != 0 && p.elementSize != 0) {
     const std::size_t rows = p.height ? p.height : 1;
-    collect_range({p.dst, (rows - 1) * p.pitch + p.width * p.elementSize}, blocks);
+    known = collect_range({p.dst, (rows - 1) * p.pitch + p.width * p.elementSize}, blocks) && add_pointed_to(blocks);
   }
   try {
-    graphs_.node_set(graph, node, addresses_of(blocks), !blocks.incomplete());
+    graphs_.node_set(graph, node, addresses_of(blocks), known && !blocks.incomplete());
   } catch (const std::bad_alloc&) {
     pin_for_good(blocks, CU_STREAM_LEGACY);
   }

@@ -24,12 +24,6 @@ bool Engine::collect_word(CUdeviceptr word, BlockList& out) noexcept {
   return pointers_.targets_of(word, [&](PointerTables::Unit target) { add_live(target, out); }, lock);
 }
 
-bool Engine::collect_range(AddressRange range, BlockList& out) noexcept {
-  bool known = collect_word(range.ptr, out);
-  if (range.bytes > 1) known &= collect_word(range.ptr + range.bytes - 1, out);
-  return known;
-}
-
 bool Engine::collect_launch(CUfunction f, void** params, void** extra, BlockList& out) noexcept {
   bool known = true;
   auto scan_word = [&](const unsigned char* p) {

@@ -98,10 +98,10 @@ TEST_F(EngineUseCasesTest, PointerAttributesOfATrackedBlockAreTheBlocks) {
   EXPECT_EQ(p, start);
   EXPECT_EQ(CUDA_SUCCESS, engine_->pointer_attribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p + 1, not_forwarded));
   EXPECT_EQ(bytes, size);
-  // What tierrt does not know about the pointer is the driver's to answer.
-  int ordinal = -1;
+  // What tierrt does not model about the pointer is the driver's to answer.
+  unsigned long long handle_types = 0;
   EXPECT_EQ(CUDA_ERROR_NOT_FOUND,
-            engine_->pointer_attribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p, not_forwarded));
+            engine_->pointer_attribute(&handle_types, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, p, not_forwarded));
   EXPECT_EQ(CUDA_SUCCESS, free_tracked(p));
 }
 

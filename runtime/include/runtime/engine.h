@@ -22,10 +22,13 @@
 #include <memory>
 
 #include "allocator/allocator.h"
+#include "runtime/allocation_records.h"
 #include "runtime/block_list.h"
 #include "runtime/capture_tracker.h"
 #include "runtime/graph_registry.h"
+#include "runtime/copy_shapes.h"
 #include "runtime/move_feedback.h"
+#include "runtime/nccl_registrations.h"
 #include "runtime/param_layouts.h"
 #include "runtime/pointer_tables.h"
 #include "runtime/policy_thread.h"
@@ -109,6 +112,16 @@ class Engine {
     if (!known || !add_pointed_to(blocks)) name_every_block(blocks);
     return use(blocks, StreamIds::key(stream), captures_.capturing(stream), forward);
   }
+  // A copy, memset or stream memory operation on `stream` touching
+  // `range_at(i)` (a StridedRange) for each i below `count`: every block each
+  // range overlaps is named, as access does.
+  template <class RangeAt, class Forward>
+  CUresult access_each(std::size_t count, RangeAt&& range_at, CUstream stream, Forward&& forward) noexcept {
+    BlockList blocks;
+    for (std::size_t i = 0; i < count; ++i) collect_strided(range_at(i), blocks);
+    if (!add_pointed_to(blocks)) name_every_block(blocks);
+    return use(blocks, StreamIds::key(stream), captures_.capturing(stream), forward);
+  }
   // A host-to-device copy of `bytes` from host `src` to `dst`: an access;
   // once it went out, a copy of at most TIERRT_POINTER_SCAN_BYTES is read
   // for words that point into blocks, and `dst` then holds pointers to them.
@@ -168,17 +181,64 @@ class Engine {
   static void note_kernel(CUkernel k) noexcept { ParamLayouts::process().note_handle(k, HandleKind::Kernel); }
   static void note_unload() noexcept { ParamLayouts::process().forget_all(); }
 
+  // NCCL's host API (runtime/engine_nccl.cpp). A collective or
+  // point-to-point call on `stream` whose buffers are range_at(i) for i
+  // below `count`: their blocks are resident for `stream` before NCCL sees
+  // the call (its kernels reach them through a work queue no parameter scan
+  // sees). `forward` makes the call and says whether its work went out (or
+  // will, at the group's end). Outside a group the use is recorded at once;
+  // inside one (this thread's ncclGroupStart not yet ended) the blocks stay
+  // pinned and their use is recorded when the outermost group ends, where
+  // NCCL enqueues the work. An error: the blocks could not be made resident
+  // and nothing was forwarded.
+  template <class RangeAt, class Forward>
+  CUresult nccl_call(std::size_t count, RangeAt&& range_at, CUstream stream, Forward&& forward) noexcept {
+    BlockList blocks;
+    for (std::size_t i = 0; i < count; ++i) collect_strided(range_at(i), blocks);
+    if (blocks.empty()) {
+      forward();
+      return CUDA_SUCCESS;
+    }
+    const bool grouped = nccl_grouped();
+    if (grouped && !reserve_group(blocks.span().size())) return CUDA_ERROR_OUT_OF_MEMORY;
+    const CUstream key = StreamIds::key(stream);
+    if (CUresult r = before_use(blocks, key)) return r;
+    const bool went_out = forward();
+    if (went_out && grouped) defer_to_group_end(blocks, key);
+    else after_use(blocks, key, false, went_out);
+    return CUDA_SUCCESS;
+  }
+  // ncclGroupStart as it succeeded, ncclGroupEnd once it returned
+  // (went_out: the group's work was enqueued). Counted whether or not an
+  // engine runs, so that a group opened before the engine started is one.
+  static void nccl_group_start() noexcept;
+  static void nccl_group_end(bool went_out) noexcept;
+  // ncclCommRegister (after it succeeded) and ncclCommDeregister (before it
+  // is forwarded): the registered blocks keep their device memory meanwhile.
+  void nccl_register(CUdeviceptr ptr, std::size_t bytes, void* handle) noexcept;
+  void nccl_deregister(void* handle) noexcept;
+
+
   // tierrt_advise: false when `ptr` is not in a live tracked block or the
   // advice could not be followed. UNPIN releases only a pin PIN took (the
   // allocator counts them apart from the pins of launches being enqueued).
   bool advise(CUdeviceptr ptr, tierrt_advice advice) noexcept;
 
-  // cuPointerGetAttribute(s): tierrt answers for its blocks what the driver
-  // cannot (a spilled block may have nothing mapped at its address), and
-  // forwards the rest.
+  // cuPointerGetAttribute(s) and cuMemGetAddressRange: for memory tierrt
+  // handed out, the answers the driver gives for an untiered allocation of
+  // the same size, whatever the block's state (a spilled block may have
+  // nothing mapped at its address; a slab slot is one of many in a driver
+  // allocation). Attributes tierrt does not model, and pointers it did not
+  // hand out, are the driver's.
   template <class Forward>
   CUresult pointer_attribute(void* data, CUpointer_attribute attr, CUdeviceptr p, Forward&& forward) noexcept {
-    return data && tracked_attribute(attr, p, data) ? CUDA_SUCCESS : forward();
+    if (!data) return forward();
+    switch (tracked_attribute(attr, p, data)) {
+      case PointerAnswer::Answered: return CUDA_SUCCESS;
+      case PointerAnswer::Invalid: return CUDA_ERROR_INVALID_VALUE;
+      case PointerAnswer::Driver: break;
+    }
+    return forward();
   }
   template <class Forward>
   CUresult pointer_attributes(unsigned count, CUpointer_attribute* attrs, void** data, CUdeviceptr p,
@@ -186,8 +246,22 @@ class Engine {
     const CUresult r = forward();
     if (r == CUDA_SUCCESS && attrs && data)
       for (unsigned i = 0; i < count; ++i)
-        if (data[i]) tracked_attribute(attrs[i], p, data[i]);
+        if (data[i] && tracked_attribute(attrs[i], p, data[i]) == PointerAnswer::Invalid)
+          clear_attribute(attrs[i], data[i]);
     return r;
+  }
+  template <class Forward>
+  CUresult address_range(CUdeviceptr* base, std::size_t* size, CUdeviceptr p, Forward&& forward) noexcept {
+    AllocationRecord rec;
+    switch (allocation_at(p, &rec)) {
+      case Allocation::Live:
+        if (base) *base = rec.base;
+        if (size) *size = rec.bytes;
+        return CUDA_SUCCESS;
+      case Allocation::Gone: return CUDA_ERROR_NOT_FOUND;
+      case Allocation::NotOurs: break;
+    }
+    return forward();
   }
 
   // cuMemGetInfo: with TIERRT_VIRTUAL_MEMINFO, the device budget plus the
@@ -319,8 +393,15 @@ class Engine {
   // The live block a word points into, or what the pointer table of the
   // small-allocation slot it points to names; false: every block.
   bool collect_word(CUdeviceptr word, BlockList& out) noexcept;
-  // Blocks a copy or memset names: the blocks holding the range's ends.
+  // Blocks a copy or memset names: every block the range overlaps, and what
+  // the pointer table of a small-allocation slot at either end names.
   bool collect_range(AddressRange range, BlockList& out) noexcept;
+  // Every block a strided range overlaps.
+  void collect_strided(const StridedRange& range, BlockList& out) noexcept;
+  // Adds every block [ptr, ptr + bytes) overlaps; returns the end of the
+  // last region looked at (a block's mapped end, or a granule's end where
+  // no block is): a later range ending there names nothing more.
+  CUdeviceptr collect_span(CUdeviceptr ptr, std::size_t bytes, BlockList& out) noexcept;
   // Adds the blocks the pointer tables held by `blocks` point to, and those
   // their tables point to; false when one of them points to every block.
   bool add_pointed_to(BlockList& blocks) noexcept;
@@ -352,7 +433,26 @@ class Engine {
   void after_use(const BlockList& blocks, CUstream key, bool capturing, bool enqueued) noexcept;
   // A launch went out on the stream `key` naming `blocks`.
   void note_launch(const BlockList& blocks, CUstream key, bool capturing) noexcept;
-  bool tracked_attribute(CUpointer_attribute attr, CUdeviceptr p, void* data) noexcept;
+  // Answered: `data` holds tierrt's answer. Invalid: the driver's error for
+  // memory that is not a live allocation, or an attribute that does not
+  // apply to device memory. Driver: the driver's to answer.
+  enum class PointerAnswer : std::uint8_t { Answered, Invalid, Driver };
+  PointerAnswer tracked_attribute(CUpointer_attribute attr, CUdeviceptr p, void* data) noexcept;
+  // The null answer cuPointerGetAttributes gives where an attribute does not apply.
+  static void clear_attribute(CUpointer_attribute attr, void* data) noexcept;
+  // Live: an allocation tierrt handed out holds p. Gone: tierrt's memory,
+  // but no live allocation holds p (freed, or a slab's unused part).
+  enum class Allocation : std::uint8_t { Live, Gone, NotOurs };
+  Allocation allocation_at(CUdeviceptr p, AllocationRecord* out) const noexcept;
+  static int current_device_ordinal() noexcept;
+  // The calling thread is inside an NCCL group.
+  static bool nccl_grouped() noexcept;
+  // Room for `n` more blocks in the calling thread's group.
+  static bool reserve_group(std::size_t n) noexcept;
+  void defer_to_group_end(const BlockList& blocks, CUstream stream) noexcept;
+  // The outermost group ended: record (if its work went out) and release
+  // the uses deferred to it.
+  void end_group_uses(bool went_out) noexcept;
   void virtual_meminfo(std::size_t* free_bytes, std::size_t* total_bytes) noexcept;
   void add_live(std::int64_t delta) noexcept;
   void sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes) noexcept;
@@ -408,6 +508,9 @@ class Engine {
   std::unique_ptr<PolicyThread> policy_;    // null unless TIERRT_POLICY=planner
   std::atomic<std::uint64_t> launches_{0}, steps_{0};
   std::atomic<std::uint64_t> live_bytes_{0}, peak_live_bytes_{0};
+  AllocationRecords records_;
+  int device_ordinal_ = current_device_ordinal();  // made on the thread that has ctx_ current
+  NcclRegistrations nccl_registrations_;
 };
 
 }  // namespace tierrt

@@ -1,0 +1,89 @@
+// NCCL's host API: each collective names its buffers and stream, and a
+// group's work is enqueued when the outermost ncclGroupEnd returns, so the
+// uses of the calls inside a group are recorded there, their blocks pinned
+// until then.
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "runtime/engine.h"
+
+namespace tierrt {
+
+namespace {
+
+// The calling thread's open NCCL group: its depth, and each block a call
+// inside it named with that call's stream (one pin each).
+struct NcclGroup {
+  int depth = 0;
+  std::vector<std::pair<CUstream, alloc::Block*>> uses;
+  std::vector<alloc::Block*> run;  // one stream's blocks, when the group ends
+};
+
+thread_local NcclGroup t_group;
+
+}  // namespace
+
+bool Engine::nccl_grouped() noexcept { return t_group.depth > 0; }
+
+bool Engine::reserve_group(std::size_t n) noexcept {
+  try {
+    t_group.uses.reserve(t_group.uses.size() + n);
+    t_group.run.reserve(t_group.uses.size() + n);
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+void Engine::defer_to_group_end(const BlockList& blocks, CUstream stream) noexcept {
+  for (alloc::Block* b : blocks.span()) t_group.uses.emplace_back(stream, b);  // reserved: does not throw
+}
+
+void Engine::nccl_group_start() noexcept { ++t_group.depth; }
+
+void Engine::nccl_group_end(bool went_out) noexcept {
+  if (t_group.depth == 0 || --t_group.depth > 0) return;
+  if (Engine* e = active()) e->end_group_uses(went_out);
+}
+
+void Engine::end_group_uses(bool went_out) noexcept {
+  auto& uses = t_group.uses;
+  std::stable_sort(uses.begin(), uses.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (std::size_t i = 0; i < uses.size();) {
+    t_group.run.clear();
+    const CUstream stream = uses[i].first;
+    for (; i < uses.size() && uses[i].first == stream; ++i) t_group.run.push_back(uses[i].second);
+    if (went_out) alloc_->record_use(t_group.run, stream, captures_.capturing(stream));
+    alloc_->release(t_group.run);
+  }
+  uses.clear();
+}
+
+void Engine::nccl_register(CUdeviceptr ptr, std::size_t bytes, void* handle) noexcept {
+  BlockList blocks;
+  if (!collect_range({ptr, bytes}, blocks) || blocks.empty() || blocks.incomplete()) return;
+  std::vector<PinnedForNccl> pins;
+  try {
+    pins.reserve(blocks.span().size());
+  } catch (...) {
+    return;
+  }
+  for (alloc::Block* b : blocks.span()) {
+    AllocationRecord rec;
+    if (!records_.find(b->va, &rec) || alloc_->pin(b, CU_STREAM_LEGACY) != CUDA_SUCCESS) continue;
+    pins.push_back({b, rec.buffer_id});
+  }
+  if (nccl_registrations_.add(handle, pins)) return;
+  for (const PinnedForNccl& p : pins) alloc_->unpin(p.block);
+}
+
+void Engine::nccl_deregister(void* handle) noexcept {
+  for (const PinnedForNccl& p : nccl_registrations_.take(handle)) {
+    // A block freed since (which ended its pins) may hold another allocation now.
+    AllocationRecord rec;
+    if (records_.find(p.block->va, &rec) && rec.buffer_id == p.buffer_id) alloc_->unpin(p.block);
+  }
+}
+
+}  // namespace tierrt
