@@ -8,7 +8,7 @@
 // LD_PRELOAD=libtierrt.so, it must give the same bytes.
 //
 //   random_program [seed=N] [ops=N] [threads=N] [faults=0|1] [fault-every=N]
-//                  [graphs=0|1] [cap-mib=N] [tierrt=absent|present|spills]
+//                  [graphs=0|1] [tables=0|1] [cap-mib=N] [tierrt=absent|present|spills]
 //
 // tierrt=spills: tierrt must be running and must have spilled blocks and
 // fetched them back; present: running (observe mode); absent: not loaded.
@@ -65,6 +65,7 @@ Settings parse(int argc, char** argv) {
     else if (key == "faults") s.options.faults = number(key, value) != 0;
     else if (key == "fault-every") s.options.fault_every = static_cast<unsigned>(number(key, value));
     else if (key == "graphs") s.options.graphs = number(key, value) != 0;
+    else if (key == "tables") s.options.tables = number(key, value) != 0;
     else if (key == "cap-mib") s.options.cap_bytes = number(key, value) << 20;
     else if (key == "tierrt" && (value == "absent" || value == "present" || value == "spills")) s.tierrt = value;
     else usage("unknown argument " + arg);
@@ -156,9 +157,9 @@ int main(int argc, char** argv) {
 
   truth::Tally total;
   for (const auto& w : workers) total.merge(w->tally());
-  std::printf("random program: seed %llu, %llu operations on %u threads, faults %s, graphs %s\n",
+  std::printf("random program: seed %llu, %llu operations on %u threads, faults %s, graphs %s, pointer tables %s\n",
               static_cast<unsigned long long>(o.seed), static_cast<unsigned long long>(o.ops), o.threads,
-              o.faults ? "on" : "off", o.graphs ? "on" : "off");
+              o.faults ? "on" : "off", o.graphs ? "on" : "off", o.tables ? "on" : "off");
   print_summary(total);
   const bool tiering_ok = tierrt_as_expected(settings.tierrt);
   if (total.wrong_bytes != 0) std::fprintf(stderr, "random_program: FAILED: wrong bytes\n");

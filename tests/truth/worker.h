@@ -30,6 +30,7 @@ struct Options {
   bool faults = false;             // arm a fault every fault_every operations
   unsigned fault_every = 16;
   bool graphs = true;              // stream capture + cuGraphLaunch
+  bool tables = true;              // kernels that reach blocks through pointer tables
   uint64_t cap_bytes = 128u << 20; // live bytes over all threads
 };
 
@@ -135,6 +136,7 @@ class Worker {
   void launch_graph(size_t g);
   void destroy_graph(size_t g);
   void forget(int id);
+  void destroy_graphs_naming(int id);
 
   const Driver& d_;
   const Kernels& k_;

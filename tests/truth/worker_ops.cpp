@@ -38,7 +38,7 @@ void Worker::step(uint64_t index) {
   for (const auto& w : kOps) total += w.weight;
   unsigned r = static_cast<unsigned>(rand(total));
   if (r < kAllocWeight || pick_block(false) < 0) {
-    op_alloc(coin(8));
+    op_alloc(o_.tables && coin(8));
     return;
   }
   r -= kAllocWeight;
@@ -131,6 +131,13 @@ void Worker::write_whole(int id) {
 // program's books; tables naming a freed block turn stale (never used
 // until rewritten), and graphs naming it are destroyed first.
 void Worker::forget(int id) {
+  destroy_graphs_naming(id);
+  for (auto& [tid, t] : blocks_)
+    for (const TableSlot& slot : t.slots)
+      if (slot.block == id) t.table_valid = false;
+}
+
+void Worker::destroy_graphs_naming(int id) {
   for (size_t g = graphs_.size(); g-- > 0;) {
     bool names = false;
     for (const KernelOp& op : graphs_[g].kernels) {
@@ -139,9 +146,6 @@ void Worker::forget(int id) {
     }
     if (names) destroy_graph(g);
   }
-  for (auto& [tid, t] : blocks_)
-    for (const TableSlot& slot : t.slots)
-      if (slot.block == id) t.table_valid = false;
 }
 
 // cuMemFree (which may synchronize, as the driver documents, for memory
@@ -248,7 +252,7 @@ void Worker::op_dtod() {
 // A fill, add or mix on ranges of data blocks, or an add through a valid
 // pointer table. False when there is nothing to launch on.
 bool Worker::random_kernel(KernelOp* op) {
-  const auto kind = static_cast<KernelKind>(rand(4));
+  const auto kind = static_cast<KernelKind>(rand(o_.tables ? 4 : 3));
   if (kind == KernelKind::kTable) {
     const int t = pick_block(true);
     if (t < 0 || !blocks_.at(t).table_valid) return false;
@@ -382,12 +386,15 @@ void Worker::write_table(int t) {
   note(t, std::string("table write of ") + std::to_string(count) + " slots on stream " + std::to_string(s));
   const CUresult res =
       async ? d_.htod_async(table.ptr, src.data(), kTableBytes, handle(s)) : d_.htod(table.ptr, src.data(), kTableBytes);
-  table.slots = std::move(slots);
   if (!check(res, async ? Call::kCopyAsync : Call::kCopy)) {
+    // The table holds its old slots or some of the new: no kernel may
+    // read it until it is written again.
+    destroy_graphs_naming(t);
     table.unknown = true;
     table.table_valid = false;
     return;
   }
+  table.slots = std::move(slots);
   table.mirror = src;
   table.unknown = false;
   table.table_valid = true;
