@@ -113,14 +113,15 @@ int Worker::pick_block(bool tables) {
 
 void Worker::read_and_compare(int id, Range r, int stream, bool async) {
   Block& b = blocks_.at(id);
-  std::vector<uint32_t> host(r.n);
+  if (read_buffer_.size() < r.n) read_buffer_.resize(r.n);
+  uint32_t* const host = read_buffer_.data();
   const CUdeviceptr src = b.ptr + r.off * 4;
   order_after(async ? stream : 0, b.last_stream);
   if (async) {
-    if (!check(d_.dtoh_async(host.data(), src, r.n * 4, handle(stream)), Call::kCopyAsync)) return;
+    if (!check(d_.dtoh_async(host, src, r.n * 4, handle(stream)), Call::kCopyAsync)) return;
     synchronize(stream);
   } else {
-    if (!check(d_.dtoh(host.data(), src, r.n * 4), Call::kCopy)) return;
+    if (!check(d_.dtoh(host, src, r.n * 4), Call::kCopy)) return;
     stream_done(0);
   }
   if (b.unknown) {
@@ -128,7 +129,7 @@ void Worker::read_and_compare(int id, Range r, int stream, bool async) {
     return;
   }
   tally_.bytes_checked += r.n * 4;
-  const auto* got = reinterpret_cast<const uint8_t*>(host.data());
+  const auto* got = reinterpret_cast<const uint8_t*>(host);
   const auto* want = reinterpret_cast<const uint8_t*>(b.mirror.data() + r.off);
   uint64_t wrong = 0;
   size_t first = 0;

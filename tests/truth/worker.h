@@ -149,6 +149,7 @@ class Worker {
   std::vector<std::vector<uint32_t>> pending_host_[kStreams];  // sources of async copies in flight
   std::map<int, Block> blocks_;
   std::vector<Graph> graphs_;
+  std::vector<uint32_t> read_buffer_;  // reused: reads are synchronized before the next
   int next_id_ = 0;
   uint64_t live_bytes_ = 0;
   uint64_t cap_bytes_ = 0;

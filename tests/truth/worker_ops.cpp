@@ -494,7 +494,7 @@ void Worker::op_verify() {
   if (id < 0) return;
   const bool async = coin();
   ++tally_.ops[async ? "verify-async" : "verify"];
-  read_and_compare(id, pick_range(blocks_.at(id), coin(3)), async ? pick_stream() : 0, async);
+  read_and_compare(id, pick_range(blocks_.at(id), coin(8)), async ? pick_stream() : 0, async);
 }
 
 void Worker::op_stream_sync() {
