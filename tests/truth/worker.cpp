@@ -11,6 +11,7 @@ void Tally::merge(const Tally& o) {
   for (const auto& [k, v] : o.ops) ops[k] += v;
   for (const auto& [k, v] : o.errors) errors[k] += v;
   faults_armed += o.faults_armed;
+  failed_calls += o.failed_calls;
   bytes_checked += o.bytes_checked;
   bytes_unknown += o.bytes_unknown;
   wrong_bytes += o.wrong_bytes;
@@ -51,6 +52,7 @@ bool Worker::check(CUresult r, Call c) {
   if (r == CUDA_SUCCESS) return true;
   const std::string what = std::string(call_name(c)) + ": " + error_name(d_, r);
   ++tally_.errors[what];
+  if (r != CUDA_ERROR_STREAM_CAPTURE_INVALIDATED) ++tally_.failed_calls;
   if (!faults_possible_.load()) fatal(what + " with no fault armed");
   if (!driver_documents(c, r)) fatal(what + ", which the driver does not return for this call");
   return false;

@@ -38,6 +38,9 @@ struct Tally {
   std::map<std::string, uint64_t> ops;     // by kind
   std::map<std::string, uint64_t> errors;  // "call: CUDA_ERROR_..."
   uint64_t faults_armed = 0;
+  // Failed calls a fault can explain: each armed fault fails one call. (A
+  // capture that an earlier failure invalidated is not counted again.)
+  uint64_t failed_calls = 0;
   uint64_t bytes_checked = 0;
   uint64_t bytes_unknown = 0;  // left unchecked: a failed call may have written them
   uint64_t wrong_bytes = 0;
