@@ -3,6 +3,7 @@
 // sources of asynchronous copies alive until their stream is synchronized,
 // and predict every byte in the host mirror.
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -16,7 +17,11 @@ constexpr size_t kMaxBlocksPerThread = 40;
 constexpr size_t kMaxTablesPerThread = 3;
 constexpr size_t kTableBytes = sizeof(TableEntry) * kTableSlots;
 
-std::string range_text(size_t off, size_t n) { return "[" + std::to_string(off) + "+" + std::to_string(n) + ")"; }
+std::string range_text(size_t off, size_t n) {
+  char text[48];
+  std::snprintf(text, sizeof text, "[%zu+%zu)", off, n);
+  return text;
+}
 
 }  // namespace
 
