@@ -26,6 +26,10 @@ CUdeviceptr Engine::collect_span(CUdeviceptr ptr, std::size_t bytes, BlockList& 
       // Freed memory is named by no correct program's copy.
       if (b->st() != alloc::State::Freed) out.add(b);
       next = b->va + b->mapped;
+    } else if (alloc::Block* slab = alloc_->use_target(at)) {
+      // Small-allocation slots: their slab's use record takes the use.
+      out.add(slab);
+      next = (at / granule + 1) * granule;
     } else {
       next = (at / granule + 1) * granule;
     }

@@ -10,11 +10,13 @@ namespace tierrt {
 
 namespace {
 
-// The addresses of the blocks in `blocks`.
+// The addresses of the blocks in `blocks` (a slab's use record has none a
+// later lookup would find: small allocations never move).
 GraphRegistry::Addresses addresses_of(const BlockList& blocks) {
   GraphRegistry::Addresses out;
   out.reserve(blocks.span().size());
-  for (const alloc::Block* b : blocks.span()) out.push_back(b->va);
+  for (const alloc::Block* b : blocks.span())
+    if (!b->slab) out.push_back(b->va);
   return out;
 }
 

@@ -18,8 +18,13 @@ bool Engine::collect_word(CUdeviceptr word, BlockList& out) noexcept {
     if (b->st() != alloc::State::Freed) out.add(b);
     return true;
   }
-  // A small-allocation slot is no block, but may hold a pointer table.
-  if (pointers_.empty() || !alloc_->owns(word)) return true;
+  // A small-allocation slot: its slab's use record takes the use, so that a
+  // freed slot waits for the work that named it.
+  alloc::Block* slab = alloc_->use_target(word);
+  if (!slab) return true;
+  out.add(slab);
+  // A slot may also hold a pointer table.
+  if (pointers_.empty()) return true;
   auto lock = pointers_.lock();
   return pointers_.targets_of(word, [&](PointerTables::Unit target) { add_live(target, out); }, lock);
 }
@@ -161,11 +166,19 @@ void Engine::note_launch(const BlockList& blocks, CUstream key, bool capturing) 
   const std::uint64_t seq = launches_.fetch_add(1, std::memory_order_relaxed);
   if (!recorder_ && !policy_) return;
   const policy::StreamId sid = streams_.id(key);
-  if (recorder_ && recorder_->events_on()) recorder_->launch(seq, sid, blocks.span());
+  // The planner and the recording know blocks only, not slabs' use records.
+  std::span<alloc::Block* const> named = blocks.span();
+  BlockList without_slabs;
+  if (std::any_of(named.begin(), named.end(), [](const alloc::Block* b) { return b->slab; })) {
+    for (alloc::Block* b : named)
+      if (!b->slab) without_slabs.add(b);
+    named = without_slabs.span();
+  }
+  if (recorder_ && recorder_->events_on()) recorder_->launch(seq, sid, named);
   if (policy_) {
     // Under capture, timing the launch would put the clock's event into the graph.
     policy_->post_launch(seq, sid, key, !capturing);
-    for (alloc::Block* b : blocks.span()) policy_->post(policy::Event::use(b->va, seq, sid));
+    for (alloc::Block* b : named) policy_->post(policy::Event::use(b->va, seq, sid));
   }
   // Residency over time, every 256 launches: enough to draw, cheap to keep.
   if ((seq & 255) == 0) sample(SampleKind::Launches, 0, 0);
