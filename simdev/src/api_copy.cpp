@@ -69,9 +69,6 @@ CUresult wait_for(const StreamPtr& s, uint64_t seq) {
 // `sync`: the call returns when the copy is done. Copies from or to pageable
 // host memory behave synchronously too, as the driver's do.
 CUresult copy(Context* ctx, Dir dir, uint64_t dst, uint64_t src, size_t n, CUstream h, bool per_thread, bool sync) {
-  if (sync) {
-    if (CUresult e = refuse_unsafe_call()) return e;
-  }
   if (n == 0) return CUDA_SUCCESS;
   if (!dst || !src) return CUDA_ERROR_INVALID_VALUE;
   bool dst_dev = is_device_side(dst), src_dev = is_device_side(src);
@@ -93,11 +90,7 @@ CUresult copy(Context* ctx, Dir dir, uint64_t dst, uint64_t src, size_t n, CUstr
   return sync || pageable ? wait_for(s, seq) : CUDA_SUCCESS;
 }
 
-CUresult memset(Context* ctx, uint64_t dst, uint32_t value, unsigned elem, size_t count, CUstream h, bool per_thread,
-                bool sync) {
-  if (sync) {
-    if (CUresult e = refuse_unsafe_call()) return e;
-  }
+CUresult memset(Context* ctx, uint64_t dst, uint32_t value, unsigned elem, size_t count, CUstream h, bool per_thread) {
   if (count == 0) return CUDA_SUCCESS;
   if (!dst || dst % elem != 0 || !is_device_side(dst)) return CUDA_ERROR_INVALID_VALUE;
   if (!state().memory.mapped({dst, count * elem, true})) return CUDA_ERROR_INVALID_VALUE;
@@ -203,13 +196,13 @@ SIMDEV_COPY_ASYNC(cuMemcpyAsync_ptsz, "cuMemcpyAsync", Dir::kInfer, CUdeviceptr,
 #define SIMDEV_MEMSET(name, site, value_t, elem, ptds)                                \
   SIMDEV_API CUresult CUDAAPI name(CUdeviceptr dst, value_t value, size_t count) {   \
     SIMDEV_ENTER_CTX(site, CUDA_ERROR_INVALID_VALUE, ctx);                           \
-    return memset(ctx, dst, value, elem, count, nullptr, ptds, true);                      \
+    return memset(ctx, dst, value, elem, count, nullptr, ptds);                      \
   }
 
 #define SIMDEV_MEMSET_ASYNC(name, site, value_t, elem, ptsz)                                    \
   SIMDEV_API CUresult CUDAAPI name(CUdeviceptr dst, value_t value, size_t count, CUstream h) {  \
     SIMDEV_ENTER_CTX(site, CUDA_ERROR_INVALID_VALUE, ctx);                                      \
-    return memset(ctx, dst, value, elem, count, h, ptsz, false);                                       \
+    return memset(ctx, dst, value, elem, count, h, ptsz);                                       \
   }
 
 SIMDEV_MEMSET(cuMemsetD8_v2, "cuMemsetD8_v2", unsigned char, 1, false)

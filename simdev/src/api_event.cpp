@@ -118,7 +118,7 @@ SIMDEV_API CUresult CUDAAPI cuEventQuery(CUevent ev) {
   Event* e = find_event(ev);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
   auto m = e->current();
-  if (event_in_capture(m.get())) return CUDA_ERROR_CAPTURED_EVENT;
+  if (refuse_captured_event(m.get())) return CUDA_ERROR_CAPTURED_EVENT;
   return complete(m) ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
 }
 
@@ -128,7 +128,7 @@ SIMDEV_API CUresult CUDAAPI cuEventSynchronize(CUevent ev) {
   Event* e = find_event(ev);
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
   auto m = e->current();
-  if (event_in_capture(m.get())) return CUDA_ERROR_CAPTURED_EVENT;
+  if (refuse_captured_event(m.get())) return CUDA_ERROR_CAPTURED_EVENT;
   if (m && m->seq) m->stream->wait(m->seq);
   return static_cast<CUresult>(state().sticky.load());
 }
@@ -143,7 +143,7 @@ SIMDEV_API CUresult CUDAAPI cuEventElapsedTime_v2(float* ms, CUevent start, CUev
   if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
   auto ma = a->current(), mb = b->current();
   if (!ma || !mb) return CUDA_ERROR_INVALID_HANDLE;  // never recorded
-  if (event_in_capture(ma.get()) || event_in_capture(mb.get())) return CUDA_ERROR_CAPTURED_EVENT;
+  if (refuse_captured_event(ma.get()) | refuse_captured_event(mb.get())) return CUDA_ERROR_CAPTURED_EVENT;
   if (!complete(ma) || !complete(mb)) return CUDA_ERROR_NOT_READY;
   *ms = static_cast<float>(static_cast<double>(mb->ns.load() - ma->ns.load()) / 1e6);
   return CUDA_SUCCESS;

@@ -267,10 +267,12 @@ bool capture_wait_event(const StreamPtr& s, const EventMark* mark, CUresult* res
   return true;
 }
 
-bool event_in_capture(const EventMark* mark) {
+bool refuse_captured_event(const EventMark* mark) {
   if (!mark) return false;
   std::lock_guard lock(graph_mutex());
-  return mark->capture != nullptr;
+  if (!mark->capture) return false;
+  mark->capture->invalidated = true;
+  return true;
 }
 
 CUresult refuse_legacy_during_capture(Context* ctx) {

@@ -37,8 +37,10 @@ bool capture_record_event(const StreamPtr& s, EventMark& mark, CUresult* result)
 // cuStreamWaitEvent: joins `s` into the capture the event was recorded in,
 // or refuses a dependency that crosses the capture boundary.
 bool capture_wait_event(const StreamPtr& s, const EventMark* mark, CUresult* result);
-// An event last recorded in a capture cannot be queried or waited for.
-bool event_in_capture(const EventMark* mark);
+// An event last recorded in a capture cannot be queried, synchronised or
+// timed: true, and the capture is invalidated (NVIDIA's driver 580 ends
+// such a capture with STREAM_CAPTURE_INVALIDATED, even a relaxed one).
+bool refuse_captured_event(const EventMark* mark);
 
 // Work on the legacy stream while a blocking stream of its context captures.
 CUresult refuse_legacy_during_capture(Context* ctx);

@@ -132,15 +132,19 @@ TEST_F(DriverTest, RelaxedThreadModeLiftsItsOwnGlobalCapturesBan) {
   free_probes();
 }
 
-TEST_F(DriverTest, SynchronousCopyIsRefusedDuringGlobalCapture) {
+// The programming guide counts synchronous work among the potentially unsafe
+// calls, but NVIDIA's driver 580 (H200) lets a synchronous copy into device
+// memory through a global capture of a non-blocking stream, and the capture
+// stays valid.
+TEST_F(DriverTest, SynchronousCopyGoesThroughAGlobalCapture) {
   Stream s;
   ASSERT_CU(s.status());
   DeviceBuffer d(4096);
   ASSERT_CU(d.status());
   std::vector<uint32_t> host(1024, 7);
   ASSERT_CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
-  EXPECT_EQ(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, cuMemcpyHtoD(d.ptr(), host.data(), 4096));
-  EXPECT_EQ(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, end_and_discard(s));
+  EXPECT_CU(cuMemcpyHtoD(d.ptr(), host.data(), 4096));
+  EXPECT_CU(end_and_discard(s));
 }
 
 TEST_F(DriverTest, QueryingACapturingStreamIsRefused) {
@@ -234,7 +238,8 @@ TEST_F(DriverTest, AnEventRecordedInACaptureCannotBeQueried) {
   ASSERT_CU(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED));
   ASSERT_CU(cuEventRecord(e, s));
   EXPECT_EQ(CUDA_ERROR_CAPTURED_EVENT, cuEventQuery(e));
-  EXPECT_CU(end_and_discard(s));
+  // Read on NVIDIA's driver 580 (H200): the query also ends the capture.
+  EXPECT_EQ(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, end_and_discard(s));
 }
 
 TEST_F(DriverTest, CaptureInfoNamesTheGraphAndTheLastNode) {

@@ -271,36 +271,6 @@ TEST_F(DriverTest, KernelAndItsFunctionAreDistinctHandles) {
   EXPECT_CU(cuLibraryUnload(lib));
 }
 
-TEST_F(DriverTest, LaunchAfterModuleUnloadFails) {
-  contract::expect_child_returns_zero([] {
-    contract::register_contract_host_kernels();
-    CUmodule m = nullptr;
-    if (CUresult r = cuModuleLoadData(&m, contract::kernels_image()))
-      return contract::child_fail(1, "cuModuleLoadData", r, CUDA_SUCCESS);
-    CUfunction f = nullptr;
-    if (CUresult r = cuModuleGetFunction(&f, m, contract::kFillU32))
-      return contract::child_fail(2, "cuModuleGetFunction", r, CUDA_SUCCESS);
-    if (CUresult r = cuModuleUnload(m)) return contract::child_fail(3, "cuModuleUnload", r, CUDA_SUCCESS);
-    DeviceBuffer d(4096);
-    if (d.status()) return contract::child_fail(4, "cuMemAlloc", d.status(), CUDA_SUCCESS);
-    const CUresult r = contract::launch(f, nullptr, 16, d.ptr(), 1u, uint64_t{16});
-    if (r == CUDA_SUCCESS) return contract::child_fail(5, "launch after cuModuleUnload", r, CUDA_ERROR_INVALID_HANDLE);
-    return 0;
-  });
-}
-
-TEST_F(DriverTest, LaunchAfterLibraryUnloadFails) {
-  contract::expect_child_returns_zero([] {
-    CUlibrary lib = nullptr;
-    if (CUresult r = load_library(&lib)) return contract::child_fail(1, "cuLibraryLoadData", r, CUDA_SUCCESS);
-    CUkernel k = nullptr;
-    if (CUresult r = cuLibraryGetKernel(&k, lib, contract::kFillU32))
-      return contract::child_fail(2, "cuLibraryGetKernel", r, CUDA_SUCCESS);
-    if (CUresult r = cuLibraryUnload(lib)) return contract::child_fail(3, "cuLibraryUnload", r, CUDA_SUCCESS);
-    DeviceBuffer d(4096);
-    if (d.status()) return contract::child_fail(4, "cuMemAlloc", d.status(), CUDA_SUCCESS);
-    const CUresult r = contract::launch(reinterpret_cast<CUfunction>(k), nullptr, 16, d.ptr(), 1u, uint64_t{16});
-    if (r == CUDA_SUCCESS) return contract::child_fail(5, "launch after cuLibraryUnload", r, CUDA_ERROR_INVALID_HANDLE);
-    return 0;
-  });
-}
+// A launch through a handle of unloaded code has no contract: NVIDIA's
+// driver 580 (H200) crashes the process in it (the handle is freed memory).
+// simdev refuses it with INVALID_HANDLE (tests/simdev/test_code_handles.cpp).
