@@ -206,7 +206,10 @@ void Engine::add_live(std::int64_t delta) noexcept {
 
 CUresult Engine::allocate(CUdeviceptr* out, size_t bytes, CUstream app_stream) noexcept {
   alloc::AllocFlags flags;
-  flags.pass_through = captures_.capturing(app_stream);
+  // Under a global-mode capture the driver decides: it refuses a potentially
+  // unsafe allocation (and invalidates the capture), as it would without
+  // tierrt, or grants one untiered (a relaxed thread).
+  flags.pass_through = captures_.capturing(app_stream) || global_captures_.load(std::memory_order_relaxed) > 0;
   const CUstream stream = StreamIds::key(app_stream);
   CUresult r = alloc_->allocate(out, bytes, stream, flags);
   if (r != CUDA_SUCCESS) return r;

@@ -35,7 +35,7 @@ AddressRange copy_side(CUmemorytype type, CUdeviceptr base, std::size_t x, std::
 }  // namespace
 
 void Engine::hold_for_discovered_capture(void* engine) noexcept {
-  static_cast<Engine*>(engine)->alloc_->hold_moves();
+  static_cast<Engine*>(engine)->hold_for_capture();
 }
 
 bool Engine::capture_began(CUstream s, CUstreamCaptureMode mode) noexcept {
@@ -80,7 +80,7 @@ void Engine::capture_ended(CUstream s, std::uint64_t id, CUgraph graph) noexcept
       // launches make nothing resident.
     }
   }
-  if (ended.global) alloc_->resume_moves();
+  if (ended.global) resume_after_capture();
 }
 
 void Engine::note_captured(const BlockList& blocks, CUstream stream, bool known) noexcept {

@@ -302,9 +302,9 @@ class Engine {
   template <class Forward>
   CUresult begin_capture(CUstream s, CUstreamCaptureMode mode, Forward&& forward) noexcept {
     const bool global = mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
-    if (global) alloc_->hold_moves();
+    if (global) hold_for_capture();
     const CUresult r = forward();
-    if (!(r == CUDA_SUCCESS && capture_began(s, mode)) && global) alloc_->resume_moves();
+    if (!(r == CUDA_SUCCESS && capture_began(s, mode)) && global) resume_after_capture();
     return r;
   }
   // cuStreamEndCapture: what the capture named belongs to the graph made.
@@ -479,6 +479,17 @@ class Engine {
   std::uint64_t capture_of(CUstream s) noexcept;
   void capture_ended(CUstream s, std::uint64_t id, CUgraph graph) noexcept;
   static void hold_for_discovered_capture(void* engine) noexcept;
+  // A global-mode capture began (or may have) / ended: moves are held
+  // meanwhile, and allocations go to the driver, which refuses them where it
+  // forbids them (potentially unsafe calls) and grants them where not.
+  void hold_for_capture() noexcept {
+    global_captures_.fetch_add(1, std::memory_order_relaxed);
+    alloc_->hold_moves();
+  }
+  void resume_after_capture() noexcept {
+    alloc_->resume_moves();
+    global_captures_.fetch_sub(1, std::memory_order_relaxed);
+  }
   // The blocks `exec` names; true when some of its nodes could not be read.
   bool collect_graph(CUgraphExec exec, BlockList& out) noexcept;
   void graph_launched(CUgraphExec exec, const BlockList& blocks, CUstream stream, bool unknown,
@@ -501,6 +512,7 @@ class Engine {
   ParamLayouts& layouts_ = ParamLayouts::process();
   PointerTables pointers_;
   CaptureTracker captures_;
+  std::atomic<int> global_captures_{0};
   GraphRegistry graphs_;
   StreamIds streams_;
   std::unique_ptr<Recorder> recorder_;      // null unless TIERRT_RECORD or TIERRT_TRACE
