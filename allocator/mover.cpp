@@ -1,6 +1,5 @@
 #include "mover.h"
 
-#include <cassert>
 #include <new>
 
 #include "steady_clock.h"
@@ -338,9 +337,8 @@ void Mover::finalize_spill(Op* op) noexcept {
     }
     b->remapping = true;  // no pins can exist: a use would have aborted the spill
   }
-  // The copy completed, and with it every use it waited for: the device
-  // chunk may go.
-  assert((TIERRT_CU(cuEventQuery, op->ev->ev) == CUDA_SUCCESS));
+  // The copy completed (wait_copy saw its event or its stream finish), and
+  // with it every use it waited for: the device chunk may go.
   const CUresult r = backing_.leave_device(b, op->host);
   if (r == CUDA_SUCCESS) arena_.give_chunk(b->dev, b->mapped);
   auto l = blocks_.lock();
