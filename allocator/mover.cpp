@@ -182,7 +182,8 @@ CUresult Mover::fetch(Block* b, CUstream consumer, bool demand, std::span<Block*
     ready = publish_fetch(op, demand);
   }
   if (ready == nullptr) return CUDA_SUCCESS;
-  if (consumer != nullptr) r = TIERRT_CU(cuStreamWaitEvent, consumer, ready->ev, 0u);
+  if (consumer != nullptr && TIERRT_CU(cuStreamWaitEvent, consumer, ready->ev, 0u) != CUDA_SUCCESS)
+    r = UseTracker::wait_host(UseSlot{h2d_, ready});  // the consumer then runs after the copy all the same
   uses_.unref(ready);
   return r;
 }

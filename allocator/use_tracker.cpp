@@ -177,8 +177,10 @@ int UseTracker::take_refs(Block* b, UseSlot* out, CUstream except) noexcept {
 CUresult UseTracker::wait_then_unref(CUstream s, std::span<const UseSlot> uses) noexcept {
   CUresult r = CUDA_SUCCESS;
   for (const UseSlot& u : uses) {
-    if (r == CUDA_SUCCESS)
-      r = unrecorded(u.ev) ? wait_host(u) : TIERRT_CU(cuStreamWaitEvent, s, u.ev->ev, 0u);
+    // A use the stream cannot wait on is waited for on the host: `s` then
+    // runs after it all the same.
+    if (r == CUDA_SUCCESS && (unrecorded(u.ev) || TIERRT_CU(cuStreamWaitEvent, s, u.ev->ev, 0u) != CUDA_SUCCESS))
+      r = wait_host(u);
     unref(u.ev);
   }
   return r;
