@@ -187,9 +187,16 @@ CUresult UseTracker::wait_then_unref(CUstream s, std::span<const UseSlot> uses) 
 }
 
 CUresult UseTracker::wait_host(const UseSlot& u) noexcept {
-  if (!unrecorded(u.ev) && TIERRT_CU(cuEventSynchronize, u.ev->ev) == CUDA_SUCCESS) return CUDA_SUCCESS;
+  // A failed wait on the event is asked again before anything wider.
+  for (int attempt = 0; attempt < 2 && !unrecorded(u.ev); ++attempt)
+    if (TIERRT_CU(cuEventSynchronize, u.ev->ev) == CUDA_SUCCESS) return CUDA_SUCCESS;
+  // Synchronizing a stream that captures would end its capture: only one
+  // that says it does not is waited for.
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  if (TIERRT_CU(cuStreamIsCapturing, u.stream, &cs) == CUDA_SUCCESS && cs == CU_STREAM_CAPTURE_STATUS_NONE &&
+      TIERRT_CU(cuStreamSynchronize, u.stream) == CUDA_SUCCESS)
+    return CUDA_SUCCESS;
   // A stream destroyed since cannot be waited for: the context can.
-  if (TIERRT_CU(cuStreamSynchronize, u.stream) == CUDA_SUCCESS) return CUDA_SUCCESS;
   return TIERRT_CU(cuCtxSynchronize);
 }
 
