@@ -1,6 +1,5 @@
 #include "mover.h"
 
-#include <cassert>
 #include <new>
 
 #include "steady_clock.h"
@@ -183,7 +182,8 @@ CUresult Mover::fetch(Block* b, CUstream consumer, bool demand, std::span<Block*
     ready = publish_fetch(op, demand);
   }
   if (ready == nullptr) return CUDA_SUCCESS;
-  if (consumer != nullptr) r = TIERRT_CU(cuStreamWaitEvent, consumer, ready->ev, 0u);
+  if (consumer != nullptr && TIERRT_CU(cuStreamWaitEvent, consumer, ready->ev, 0u) != CUDA_SUCCESS)
+    r = UseTracker::wait_host(UseSlot{h2d_, ready});  // the consumer then runs after the copy all the same
   uses_.unref(ready);
   return r;
 }
@@ -338,9 +338,8 @@ void Mover::finalize_spill(Op* op) noexcept {
     }
     b->remapping = true;  // no pins can exist: a use would have aborted the spill
   }
-  // The copy completed, and with it every use it waited for: the device
-  // chunk may go.
-  assert((TIERRT_CU(cuEventQuery, op->ev->ev) == CUDA_SUCCESS));
+  // The copy completed (wait_copy saw its event or its stream finish), and
+  // with it every use it waited for: the device chunk may go.
   const CUresult r = backing_.leave_device(b, op->host);
   if (r == CUDA_SUCCESS) arena_.give_chunk(b->dev, b->mapped);
   auto l = blocks_.lock();

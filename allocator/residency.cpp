@@ -67,7 +67,10 @@ CUresult Allocator::Parts::make_resident(Block* b, CUstream s, std::span<Block* 
   CUresult r = pin_when_usable(b, pinned, &ready);
   if (r != CUDA_SUCCESS || ready == nullptr) return r;
   note_late_fetch(b, ready);
-  r = TIERRT_CU(cuStreamWaitEvent, s, ready->ev, 0u);
+  // A stream that cannot wait on the fetch gets it done before the work is
+  // enqueued: the host waits.
+  if (TIERRT_CU(cuStreamWaitEvent, s, ready->ev, 0u) != CUDA_SUCCESS)
+    r = UseTracker::wait_host(UseSlot{mover->fetch_stream(), ready});
   uses.unref(ready);
   if (r != CUDA_SUCCESS) {
     b->pins.fetch_sub(1, std::memory_order_seq_cst);

@@ -177,17 +177,26 @@ int UseTracker::take_refs(Block* b, UseSlot* out, CUstream except) noexcept {
 CUresult UseTracker::wait_then_unref(CUstream s, std::span<const UseSlot> uses) noexcept {
   CUresult r = CUDA_SUCCESS;
   for (const UseSlot& u : uses) {
-    if (r == CUDA_SUCCESS)
-      r = unrecorded(u.ev) ? wait_host(u) : TIERRT_CU(cuStreamWaitEvent, s, u.ev->ev, 0u);
+    // A use the stream cannot wait on is waited for on the host: `s` then
+    // runs after it all the same.
+    if (r == CUDA_SUCCESS && (unrecorded(u.ev) || TIERRT_CU(cuStreamWaitEvent, s, u.ev->ev, 0u) != CUDA_SUCCESS))
+      r = wait_host(u);
     unref(u.ev);
   }
   return r;
 }
 
 CUresult UseTracker::wait_host(const UseSlot& u) noexcept {
-  if (!unrecorded(u.ev) && TIERRT_CU(cuEventSynchronize, u.ev->ev) == CUDA_SUCCESS) return CUDA_SUCCESS;
+  // A failed wait on the event is asked again before anything wider.
+  for (int attempt = 0; attempt < 2 && !unrecorded(u.ev); ++attempt)
+    if (TIERRT_CU(cuEventSynchronize, u.ev->ev) == CUDA_SUCCESS) return CUDA_SUCCESS;
+  // Synchronizing a stream that captures would end its capture: only one
+  // that says it does not is waited for.
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  if (TIERRT_CU(cuStreamIsCapturing, u.stream, &cs) == CUDA_SUCCESS && cs == CU_STREAM_CAPTURE_STATUS_NONE &&
+      TIERRT_CU(cuStreamSynchronize, u.stream) == CUDA_SUCCESS)
+    return CUDA_SUCCESS;
   // A stream destroyed since cannot be waited for: the context can.
-  if (TIERRT_CU(cuStreamSynchronize, u.stream) == CUDA_SUCCESS) return CUDA_SUCCESS;
   return TIERRT_CU(cuCtxSynchronize);
 }
 

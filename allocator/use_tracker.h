@@ -69,11 +69,13 @@ class UseTracker {
       }
     return n;
   }
-  // Makes `s` wait for each event (until one fails; an unrecorded use is
-  // waited for on the host) and drops the references.
+  // Makes `s` wait for each event and drops the references. A use with no
+  // event, or whose event `s` could not wait on, is waited for on the host;
+  // the first failure of that wait is returned (nothing is waited for after it).
   CUresult wait_then_unref(CUstream s, std::span<const UseSlot> uses) noexcept;
-  // Waits on the host until the use completed: its event; its stream when
-  // there is none or the event's wait failed; the context when that failed.
+  // Waits on the host until the use completed: its event (asked twice); its
+  // stream when there is none or the event's waits failed, unless the stream
+  // captures (that would end the capture); the context when that failed.
   static CUresult wait_host(const UseSlot& u) noexcept;
   // Whether the use is known complete now (a failed query says no).
   static bool completed(const UseSlot& u) noexcept;

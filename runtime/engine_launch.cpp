@@ -147,14 +147,26 @@ void Engine::note_unified_copy(CUdeviceptr dst, CUdeviceptr src, std::size_t byt
     note_host_words(dst, reinterpret_cast<const void*>(src), bytes);
 }
 
-CUresult Engine::before_use(BlockList& blocks, CUstream key) noexcept {
-  if (blocks.incomplete()) return CUDA_ERROR_OUT_OF_MEMORY;
-  for (;;) {
-    const CUresult r = alloc_->ensure_resident(blocks.span(), key);
+namespace {
+
+// Errors the driver may report from any call (an earlier kernel's sticky
+// fault) or from any call on a capturing stream: the application's own.
+bool reported_by_any_call(CUresult r) noexcept {
+  return r == CUDA_ERROR_INVALID_VALUE || (r >= CUDA_ERROR_ILLEGAL_ADDRESS && r <= CUDA_ERROR_LAUNCH_FAILED) ||
+         (r >= CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED && r <= CUDA_ERROR_CAPTURED_EVENT);
+}
+
+}  // namespace
+
+CUresult Engine::before_use(BlockList& blocks, CUstream key, CUresult refusal) noexcept {
+  CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+  if (!blocks.incomplete()) {
     // Freed since it was named (another thread's free): ignored, as a word
     // into freed memory is.
-    if (r != CUDA_ERROR_INVALID_VALUE || !blocks.drop_freed()) return r;
+    do r = alloc_->ensure_resident(blocks.span(), key);
+    while (r == CUDA_ERROR_INVALID_VALUE && blocks.drop_freed());
   }
+  return r == CUDA_SUCCESS || refusal == CUDA_SUCCESS || reported_by_any_call(r) ? r : refusal;
 }
 
 void Engine::after_use(const BlockList& blocks, CUstream key, bool capturing, bool enqueued) noexcept {

@@ -53,10 +53,9 @@ CUresult graph_launch(Context* ctx, CUgraphExec exec, CUstream h, bool ptsz) {
     if (!x) return CUDA_ERROR_INVALID_HANDLE;
     g = x->graph;  // a concurrent update replaces the snapshot; this launch keeps its own
   }
-  CUstream stream = handle_of(*s);
   for (const auto& n : g->nodes) {
     if (n->kernel) {
-      if (CUresult e = n->kernel->launch(stream)) return e;
+      if (CUresult e = n->kernel->launch(s)) return e;
     } else if (n->work.run) {
       if (CUresult e = submit(s, n->work)) return e;
     }

@@ -8,6 +8,7 @@
 
 #include "code_handles.h"
 #include "kernel_fault_guard.h"
+#include "kernel_launch.h"
 #include "kernel_registry.h"
 #include "proc_table.h"
 #include "state.h"
@@ -77,6 +78,24 @@ CUresult pack_params(const KernelInfo& info, void** params, void** extra, std::v
 
 CUresult launch(Context* ctx, CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned shared,
                 CUstream h, void** params, void** extra, bool ptsz) {
+  Work w;
+  if (CUresult e = prepare_kernel(f, grid, block, shared, params, extra, &w)) return e;
+  StreamPtr s;
+  if (CUresult e = resolve_stream(h, ptsz, ctx, &s)) return e;
+  return submit(s, std::move(w));
+}
+
+CUresult launch_ex(Context* ctx, const CUlaunchConfig* cfg, CUfunction f, void** params, void** extra, bool ptsz) {
+  if (!cfg || (cfg->numAttrs && !cfg->attrs)) return CUDA_ERROR_INVALID_VALUE;
+  unsigned grid[3] = {cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ};
+  unsigned block[3] = {cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ};
+  return launch(ctx, f, grid, block, cfg->sharedMemBytes, cfg->hStream, params, extra, ptsz);
+}
+
+}  // namespace
+
+CUresult simdev::prepare_kernel(CUfunction f, const unsigned grid[3], const unsigned block[3], unsigned shared,
+                                void** params, void** extra, Work* out) {
   const Function* fn = launchable_function(f);
   if (!fn) return CUDA_ERROR_INVALID_HANDLE;
   auto info = fn->info();
@@ -92,22 +111,10 @@ CUresult launch(Context* ctx, CUfunction f, const unsigned grid[3], const unsign
   std::memcpy(rec->block, block, sizeof rec->block);
   rec->shared_bytes = shared;
   if (CUresult e = pack_params(*info, params, extra, rec->params)) return e;
-  StreamPtr s;
-  if (CUresult e = resolve_stream(h, ptsz, ctx, &s)) return e;
-  Work w;
-  w.kernel = rec;
-  w.run = [rec, info] { return run_kernel(*rec, *info); };
-  return submit(s, std::move(w));
+  out->kernel = rec;
+  out->run = [rec, info] { return run_kernel(*rec, *info); };
+  return CUDA_SUCCESS;
 }
-
-CUresult launch_ex(Context* ctx, const CUlaunchConfig* cfg, CUfunction f, void** params, void** extra, bool ptsz) {
-  if (!cfg || (cfg->numAttrs && !cfg->attrs)) return CUDA_ERROR_INVALID_VALUE;
-  unsigned grid[3] = {cfg->gridDimX, cfg->gridDimY, cfg->gridDimZ};
-  unsigned block[3] = {cfg->blockDimX, cfg->blockDimY, cfg->blockDimZ};
-  return launch(ctx, f, grid, block, cfg->sharedMemBytes, cfg->hStream, params, extra, ptsz);
-}
-
-}  // namespace
 
 SIMDEV_API CUresult CUDAAPI cuModuleLoadData(CUmodule* module, const void* image) {
   SIMDEV_ENTER_CTX("cuModuleLoadData", CUDA_ERROR_OUT_OF_MEMORY, ctx);

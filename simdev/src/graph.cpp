@@ -4,6 +4,7 @@
 #include <cstring>
 #include <unordered_set>
 
+#include "kernel_launch.h"
 #include "state.h"
 
 namespace simdev {
@@ -81,12 +82,13 @@ void KernelLaunch::point_params() {
   for (size_t off : offsets) param_ptrs.push_back(buffer.data() + off);
 }
 
-CUresult KernelLaunch::launch(CUstream stream) const {
+CUresult KernelLaunch::launch(const StreamPtr& s) const {
   size_t bytes = buffer.size();
   void* extra[] = {CU_LAUNCH_PARAM_BUFFER_POINTER, const_cast<unsigned char*>(buffer.data()),
                    CU_LAUNCH_PARAM_BUFFER_SIZE, &bytes, CU_LAUNCH_PARAM_END};
-  return cuLaunchKernel(function, grid[0], grid[1], grid[2], block[0], block[1], block[2], shared_bytes, stream,
-                        nullptr, bytes ? extra : nullptr);
+  Work w;
+  if (CUresult e = prepare_kernel(function, grid, block, shared_bytes, nullptr, bytes ? extra : nullptr, &w)) return e;
+  return submit(s, std::move(w));
 }
 
 GraphAllocation::~GraphAllocation() {
@@ -135,14 +137,6 @@ GraphNode* find_node(CUgraphNode n) {
     for (auto& node : h->graph->nodes)
       if (node.get() == reinterpret_cast<GraphNode*>(n)) return node.get();
   return nullptr;
-}
-
-CUstream handle_of(const Stream& s) {
-  switch (s.kind()) {
-    case StreamKind::kLegacyDefault: return CU_STREAM_LEGACY;
-    case StreamKind::kPerThreadDefault: return CU_STREAM_PER_THREAD;
-    default: return reinterpret_cast<CUstream>(const_cast<Stream*>(&s));
-  }
 }
 
 GraphNode node_for_work(const Work& w) {

@@ -28,8 +28,9 @@ struct KernelLaunch {
   // Takes the layout from the driver's own parameter query.
   CUresult set(const CUDA_KERNEL_NODE_PARAMS& p);
   void point_params();
-  // Enqueues the kernel on `stream` (an API handle) through cuLaunchKernel.
-  CUresult launch(CUstream stream) const;
+  // Enqueues the kernel on `s` as cuLaunchKernel would, without its entry
+  // point: a graph launch is one driver call.
+  CUresult launch(const StreamPtr& s) const;
 };
 
 // Device memory of a cuMemAllocAsync captured into a graph. It exists from
@@ -77,9 +78,6 @@ GraphHandle* find_graph(CUgraph g);  // null when not a live graph; caller holds
 void destroy_graph(GraphHandle* h);
 // The node a CUgraphNode handle names in a live graph; caller holds graph_mutex().
 GraphNode* find_node(CUgraphNode n);
-
-// The API handle that names stream `s` to the calling thread.
-CUstream handle_of(const Stream& s);
 
 // A node for work submitted to a capturing stream.
 GraphNode node_for_work(const Work& w);

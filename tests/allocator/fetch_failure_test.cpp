@@ -94,7 +94,7 @@ const char* const kFetchCalls[] = {"cuMemCreate", "cuMemUnmap", "cuMemMap", "cuM
 const char* const kSpillCalls[] = {"cuStreamIsCapturing", "cuMemAddressReserve", "cuMemCreate", "cuMemMap",
                                    "cuMemSetAccess", "cuStreamWaitEvent", "cuEventRecord", "cuMemcpyAsync",
                                    "cuMemcpyDtoHAsync_v2", "cuEventSynchronize", "cuStreamSynchronize",
-                                   "cuMemUnmap", "cuMemHostAlloc"};
+                                   "cuMemUnmap", "cuMemHostAlloc", "cuEventQuery"};
 constexpr unsigned kMaxNth = 3;
 
 using Case = std::tuple<SpillMode, bool>;  // mode; whether a spare chunk is at hand for the fetch

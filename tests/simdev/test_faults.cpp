@@ -76,6 +76,40 @@ TEST_F(SimdevTest, InjectedFaultOnAsyncCopy) {
   EXPECT_CU(cuStreamSynchronize(s));
 }
 
+// A graph launch is one driver call: its kernel nodes do not count as
+// cuLaunchKernel calls, so a fault armed there neither fails the graph
+// launch (which documents no launch-resource error) nor is used up by it.
+TEST_F(SimdevTest, GraphKernelNodesAreNotCountedAsLaunches) {
+  Stream s;
+  ASSERT_CU(s.status());
+  DeviceBuffer d(kMiB);
+  ASSERT_CU(d.status());
+  CUdeviceptr ptr = d.ptr();
+  uint64_t n = kMiB / 4;
+  void* params[] = {&ptr, &n};
+  CUDA_KERNEL_NODE_PARAMS k{};
+  k.func = kernels().add_one_u32;
+  k.gridDimX = contract::blocks_for(n);
+  k.gridDimY = k.gridDimZ = 1;
+  k.blockDimX = 256;
+  k.blockDimY = k.blockDimZ = 1;
+  k.kernelParams = params;
+  CUgraph g = nullptr;
+  CUgraphNode node = nullptr;
+  CUgraphExec exec = nullptr;
+  ASSERT_CU(cuGraphCreate(&g, 0));
+  ASSERT_CU(cuGraphAddKernelNode(&node, g, nullptr, 0, &k));
+  ASSERT_CU(cuGraphInstantiate(&exec, g, 0));
+  ASSERT_EQ(0, sim().inject_fault("cuLaunchKernel", 1, 0));
+  EXPECT_CU(cuGraphLaunch(exec, s));
+  EXPECT_CU(cuStreamSynchronize(s));
+  EXPECT_EQ(CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, contract::add_one_u32(kernels(), s, ptr, n));
+  EXPECT_CU(contract::add_one_u32(kernels(), s, ptr, n));
+  EXPECT_CU(cuStreamSynchronize(s));
+  EXPECT_CU(cuGraphExecDestroy(exec));
+  EXPECT_CU(cuGraphDestroy(g));
+}
+
 TEST_F(SimdevTest, CallsThroughGetProcAddressAreCounted) {
   void* pfn = nullptr;
   ASSERT_CU(cuGetProcAddress("cuMemAlloc", &pfn, 12000, CU_GET_PROC_ADDRESS_DEFAULT, nullptr));

@@ -99,7 +99,7 @@ class Engine {
     const bool capturing = captures_.capturing(stream);
     BlockList blocks;
     if (!collect_launch(f, params, extra, blocks) || !add_pointed_to(blocks)) name_every_block(blocks);
-    const CUresult r = use(blocks, key, capturing, forward);
+    const CUresult r = use(blocks, key, capturing, forward, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
     if (r == CUDA_SUCCESS) note_launch(blocks, key, capturing);
     return r;
   }
@@ -110,7 +110,7 @@ class Engine {
     bool known = true;
     for (const AddressRange& r : ranges) known &= collect_range(r, blocks);
     if (!known || !add_pointed_to(blocks)) name_every_block(blocks);
-    return use(blocks, StreamIds::key(stream), captures_.capturing(stream), forward);
+    return use(blocks, StreamIds::key(stream), captures_.capturing(stream), forward, CUDA_ERROR_INVALID_VALUE);
   }
   // A copy, memset or stream memory operation on `stream` touching
   // `range_at(i)` (a StridedRange) for each i below `count`: every block each
@@ -120,7 +120,7 @@ class Engine {
     BlockList blocks;
     for (std::size_t i = 0; i < count; ++i) collect_strided(range_at(i), blocks);
     if (!add_pointed_to(blocks)) name_every_block(blocks);
-    return use(blocks, StreamIds::key(stream), captures_.capturing(stream), forward);
+    return use(blocks, StreamIds::key(stream), captures_.capturing(stream), forward, CUDA_ERROR_INVALID_VALUE);
   }
   // A host-to-device copy of `bytes` from host `src` to `dst`: an access;
   // once it went out, a copy of at most TIERRT_POINTER_SCAN_BYTES is read
@@ -168,7 +168,7 @@ class Engine {
       }
       return r;
     }
-    if (CUresult r = before_use(blocks, StreamIds::key(stream))) return r;
+    if (CUresult r = before_use(blocks, StreamIds::key(stream), CUDA_ERROR_INVALID_VALUE)) return r;
     const CUresult r = forward();
     graph_launched(exec, blocks, stream, unknown, r == CUDA_SUCCESS);
     return r;
@@ -202,7 +202,7 @@ class Engine {
     const bool grouped = nccl_grouped();
     if (grouped && !reserve_group(blocks.span().size())) return CUDA_ERROR_OUT_OF_MEMORY;
     const CUstream key = StreamIds::key(stream);
-    if (CUresult r = before_use(blocks, key)) return r;
+    if (CUresult r = before_use(blocks, key, CUDA_SUCCESS)) return r;
     const bool went_out = forward();
     if (went_out && grouped) defer_to_group_end(blocks, key);
     else after_use(blocks, key, false, went_out);
@@ -418,18 +418,26 @@ class Engine {
   void note_unified_copy(CUdeviceptr dst, CUdeviceptr src, std::size_t bytes) noexcept;
   // The one shape of work that names tracked blocks: make them resident for
   // the stream `key`, forward, record the use if the work went out, unpin.
+  // `refusal` is what the application's call reports when its blocks could
+  // not be made usable (see before_use).
   template <class Forward>
-  CUresult use(BlockList& blocks, CUstream key, bool capturing, Forward& forward) noexcept {
+  CUresult use(BlockList& blocks, CUstream key, bool capturing, Forward& forward, CUresult refusal) noexcept {
     if (blocks.empty()) return forward();
     // The capture hooks know streams by the application's handles; `key` is
     // the calling thread's, so it turns back into the handle it came from.
     if (capturing) return use_captured(blocks, drv::driver_stream(key), forward);
-    if (CUresult r = before_use(blocks, key)) return r;
+    if (CUresult r = before_use(blocks, key, refusal)) return r;
     const CUresult r = forward();
     after_use(blocks, key, capturing, r == CUDA_SUCCESS);
     return r;
   }
-  CUresult before_use(BlockList& blocks, CUstream key) noexcept;
+  // Makes the blocks resident for `key`. When that fails on one of tierrt's
+  // own driver calls (a fetch, a mapping, an event), the application's call
+  // was never made and reports `refusal` instead: the error the driver
+  // documents for it when it lacks what it needs to run (CUDA_SUCCESS keeps
+  // the failure as it was). The driver's asynchronous errors, which any call
+  // may report, capture errors and INVALID_VALUE stand.
+  CUresult before_use(BlockList& blocks, CUstream key, CUresult refusal) noexcept;
   void after_use(const BlockList& blocks, CUstream key, bool capturing, bool enqueued) noexcept;
   // A launch went out on the stream `key` naming `blocks`.
   void note_launch(const BlockList& blocks, CUstream key, bool capturing) noexcept;
