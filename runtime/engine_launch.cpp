@@ -23,6 +23,7 @@ bool Engine::collect_word(CUdeviceptr word, BlockList& out) noexcept {
   alloc::Block* slab = alloc_->use_target(word);
   if (!slab) return true;
   out.add(slab);
+  out.add_slot(word);
   // A slot may also hold a pointer table.
   if (pointers_.empty()) return true;
   auto lock = pointers_.lock();
