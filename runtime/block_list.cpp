@@ -13,6 +13,15 @@ void BlockList::add_more(alloc::Block* b) noexcept {
   }
 }
 
+void BlockList::add_more_slot(CUdeviceptr at) noexcept {
+  try {
+    if (more_slots_.empty()) more_slots_.assign(slots_, slots_ + n_slots_);
+    if (std::find(more_slots_.begin(), more_slots_.end(), at) == more_slots_.end()) more_slots_.push_back(at);
+  } catch (...) {
+    incomplete_ = true;
+  }
+}
+
 bool BlockList::drop_freed() noexcept {
   auto freed = [](alloc::Block* b) { return b->st() == alloc::State::Freed; };
   if (!more_.empty()) {

@@ -29,6 +29,7 @@ CUdeviceptr Engine::collect_span(CUdeviceptr ptr, std::size_t bytes, BlockList& 
     } else if (alloc::Block* slab = alloc_->use_target(at)) {
       // Small-allocation slots: their slab's use record takes the use.
       out.add(slab);
+      out.add_slot(at);
       next = (at / granule + 1) * granule;
     } else {
       next = (at / granule + 1) * granule;

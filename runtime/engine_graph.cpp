@@ -10,13 +10,16 @@ namespace tierrt {
 
 namespace {
 
-// The addresses of the blocks in `blocks` (a slab's use record has none a
-// later lookup would find: small allocations never move).
+// What `blocks` names, as addresses a launch looks up again: each block's
+// base, and each small-allocation slot named (a slab's use record has no
+// address of its own; the slot's address finds the slab and any pointer
+// table the slot holds).
 GraphRegistry::Addresses addresses_of(const BlockList& blocks) {
   GraphRegistry::Addresses out;
-  out.reserve(blocks.span().size());
+  out.reserve(blocks.span().size() + blocks.slots().size());
   for (const alloc::Block* b : blocks.span())
     if (!b->slab) out.push_back(b->va);
+  out.insert(out.end(), blocks.slots().begin(), blocks.slots().end());
   return out;
 }
 
@@ -125,8 +128,12 @@ bool Engine::free_captured(CUdeviceptr ptr, CUstream stream) noexcept {
 bool Engine::collect_graph(CUgraphExec exec, BlockList& out) noexcept {
   const std::shared_ptr<const GraphRegistry::Named> named = graphs_.named(exec);
   if (!named) return false;
-  for (CUdeviceptr a : named->blocks)
-    if (alloc::Block* b = alloc_->lookup(a); b && b->st() != alloc::State::Freed) out.add(b);
+  // Looked up as a launch's parameter words are: a freed block names
+  // nothing, a slot names its slab, and the pointer tables are read as they
+  // are now (the graph's kernels read them when they run, not when captured).
+  bool known = true;
+  for (CUdeviceptr a : named->blocks) known &= collect_word(a, out);
+  if (!known || !add_pointed_to(out)) name_every_block(out);
   return named->unknown;
 }
 

@@ -23,6 +23,7 @@ bool Engine::collect_word(CUdeviceptr word, BlockList& out) noexcept {
   alloc::Block* slab = alloc_->use_target(word);
   if (!slab) return true;
   out.add(slab);
+  out.add_slot(word);
   // A slot may also hold a pointer table.
   if (pointers_.empty()) return true;
   auto lock = pointers_.lock();
@@ -115,7 +116,8 @@ void Engine::note_host_words(CUdeviceptr dst, const void* src, std::size_t bytes
     for (std::size_t off = first; off + 8 <= bytes; off += 8) {
       CUdeviceptr word;
       std::memcpy(&word, static_cast<const unsigned char*>(src) + off, sizeof word);
-      alloc::Block* b = word ? alloc_->lookup(word) : nullptr;
+      // A word into a small-allocation slot names its slab's use record.
+      alloc::Block* b = word ? alloc_->use_target(word) : nullptr;
       if (!b || b->st() == alloc::State::Freed) continue;
       if (!lo) lo = dst + off;
       hi = dst + off + 8;

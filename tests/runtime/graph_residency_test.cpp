@@ -3,6 +3,7 @@
 // graph was captured or built node by node; what tierrt knows of each graph
 // follows instantiation, node changes and updates.
 #include <algorithm>
+#include <atomic>
 
 #include "runtime/graph_registry.h"
 #include "tests/runtime/graph_test_support.h"
@@ -97,6 +98,48 @@ TEST_F(GraphTest, KernelNodesAddedAndChangedNameTheirBlocks) {
   destroy(g, exec);
   EXPECT_EQ(CUDA_SUCCESS, free_now(a));
   EXPECT_EQ(CUDA_SUCCESS, free_now(b));
+}
+
+// A small allocation (a slab slot) a captured graph names: each launch of
+// the graph records its use on the slab, so the slot, freed while the
+// graph's work waits on its stream, is not handed out again to an
+// allocation every stream may use at once.
+TEST_F(GraphTest, ASlotACapturedGraphNamesWaitsForTheGraphOnceFreed) {
+  constexpr size_t kSlotBytes = 64u << 10;
+  const CUdeviceptr slot = allocate(kSlotBytes, s_);
+  ASSERT_EQ(CUDA_SUCCESS, begin(s_, CU_STREAM_CAPTURE_MODE_GLOBAL));
+  ASSERT_EQ(CUDA_SUCCESS, e_->access({{slot, kSlotBytes}}, s_, [&] {
+    return TIERRT_CU(cuMemsetD32Async, slot, 7u, kSlotBytes / 4, s_);
+  }));
+  CUgraph g = end(s_);
+  CUgraphExec exec = instantiate(g);
+
+  // The graph's launch waits behind a host function until the gate opens.
+  std::atomic<bool> open{false};
+  struct Gate {
+    std::atomic<bool>& open;
+    ~Gate() { open = true; }
+  } opens_at_exit{open};
+  auto launch_host_fn = driver_fn<decltype(&cuLaunchHostFunc)>("cuLaunchHostFunc");
+  ASSERT_NE(nullptr, launch_host_fn);
+  CUhostFn wait_for_gate = [](void* gate) {
+    while (!static_cast<std::atomic<bool>*>(gate)->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  ASSERT_EQ(CUDA_SUCCESS, launch_host_fn(other_, wait_for_gate, &open));
+  CUevent gate = nullptr;
+  ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuEventCreate, &gate, CU_EVENT_DISABLE_TIMING));
+  ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuEventRecord, gate, other_));
+  ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuStreamWaitEvent, s_, gate, 0u));
+  ASSERT_EQ(CUDA_SUCCESS, launch_graph(exec, s_));
+
+  ASSERT_EQ(CUDA_SUCCESS, free_now(slot));
+  const CUdeviceptr again = allocate(kSlotBytes, nullptr);
+  EXPECT_NE(slot, again) << "a slot was handed out again while a graph that names it had not run";
+  open = true;
+  ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuCtxSynchronize));
+  EXPECT_EQ(CUDA_SUCCESS, free_now(again));
+  EXPECT_EQ(CUDA_SUCCESS, TIERRT_CU(cuEventDestroy, gate));
+  destroy(g, exec);
 }
 
 // What the registry keeps, without a driver.

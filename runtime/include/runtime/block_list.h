@@ -4,6 +4,8 @@
 // of parameters). Engine-internal: hooks never see one.
 #pragma once
 
+#include <cuda.h>
+
 #include <cstddef>
 #include <span>
 #include <vector>
@@ -20,6 +22,19 @@ class BlockList {
     for (int i = 0; i < n_; ++i)
       if (items_[i] == b) return;
     items_[n_++] = b;
+  }
+  // A small-allocation slot named at `at`: its slab's use record (added as a
+  // block) takes the use, but what the slot holds (a pointer table) is found
+  // by its address, which a graph keeps to look at again at each launch.
+  void add_slot(CUdeviceptr at) noexcept {
+    if (!more_slots_.empty() || n_slots_ == kInlineSlots) return add_more_slot(at);
+    for (int i = 0; i < n_slots_; ++i)
+      if (slots_[i] == at) return;
+    slots_[n_slots_++] = at;
+  }
+  std::span<const CUdeviceptr> slots() const noexcept {
+    if (!more_slots_.empty()) return {more_slots_.data(), more_slots_.size()};
+    return {slots_, static_cast<std::size_t>(n_slots_)};
   }
   bool empty() const noexcept { return n_ == 0 && more_.empty(); }
   std::size_t size() const noexcept { return more_.empty() ? static_cast<std::size_t>(n_) : more_.size(); }
@@ -38,10 +53,15 @@ class BlockList {
   }
 
  private:
+  static constexpr int kInlineSlots = 16;
   void add_more(alloc::Block* b) noexcept;
+  void add_more_slot(CUdeviceptr at) noexcept;
   alloc::Block* items_[kInline];
   int n_ = 0;
   std::vector<alloc::Block*> more_;
+  CUdeviceptr slots_[kInlineSlots];
+  int n_slots_ = 0;
+  std::vector<CUdeviceptr> more_slots_;
   bool incomplete_ = false;
 };
 

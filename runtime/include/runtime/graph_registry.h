@@ -6,8 +6,10 @@
 // memsets (while the capture is open, under its capture id), and from nodes
 // added or changed through the graph API. An executable graph takes its
 // graph's blocks when instantiated or updated, and its own node changes
-// after that. Blocks are kept as the base addresses of tierrt's blocks
-// (looked up again at each launch: one freed since is skipped).
+// after that. Blocks are kept as the base addresses of tierrt's blocks and
+// the addresses of the small-allocation slots named (looked up again at each
+// launch as parameter words are: a block freed since is skipped, a slot
+// names its slab, and pointer tables are read as they are then).
 //
 // A node whose blocks tierrt could not read (a kernel whose parameter layout
 // the driver would not give) makes its graph "unknown": the blocks it does
