@@ -161,10 +161,10 @@ TEST_F(DriverTest, KernelRunningWhileItsMemoryIsUnmappedFaultsAtItsNextAccess) {
     // Host memory the device can read: the kernel's go signal and its "I run".
     PinnedBuffer flags(4096, CU_MEMHOSTALLOC_DEVICEMAP | CU_MEMHOSTALLOC_PORTABLE);
     if (flags.status()) return child_fail(2, "cuMemHostAlloc", flags.status(), CUDA_SUCCESS);
-    auto* f = flags.as<volatile uint32_t>();
-    f[0] = 0;
-    f[1] = 0;
-    f[2] = 0;
+    // Atomic on the host side too: on simdev the kernel is a host thread.
+    auto* f = flags.as<uint32_t>();
+    for (int i = 0; i < 3; ++i) __atomic_store_n(&f[i], 0u, __ATOMIC_RELEASE);
+    auto flag = [f](int i) { return __atomic_load_n(&f[i], __ATOMIC_ACQUIRE); };
     CUdeviceptr flags_dev = 0;
     if (CUresult r = cuMemHostGetDevicePointer(&flags_dev, flags.get(), 0))
       return child_fail(3, "cuMemHostGetDevicePointer", r, CUDA_SUCCESS);
@@ -177,13 +177,13 @@ TEST_F(DriverTest, KernelRunningWhileItsMemoryIsUnmappedFaultsAtItsNextAccess) {
     if (CUresult r = cuLaunchKernel(kernels().wait_then_fill_u32, 1, 1, 1, 1, 1, 1, 0, s, params, nullptr))
       return child_fail(5, "launch", r, CUDA_SUCCESS);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-    while (f[1] == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
-    if (f[1] == 0) return 6;  // the kernel never started
+    while (flag(1) == 0 && std::chrono::steady_clock::now() < deadline) std::this_thread::yield();
+    if (flag(1) == 0) return 6;  // the kernel never started
     if (CUresult r = mapped.unmap()) return child_fail(7, "cuMemUnmap under a running kernel", r, CUDA_SUCCESS);
-    f[0] = 1;  // now the kernel writes into what is no longer mapped
+    __atomic_store_n(&f[0], 1u, __ATOMIC_RELEASE);  // now the kernel writes into what is no longer mapped
     if (int failed = expect_fault_after_successful_launch(CUDA_SUCCESS, "kernel running across cuMemUnmap"))
       return failed;
     // The unmap did not wait for the kernel: it saw the signal given after it.
-    return f[2] == 0 ? 0 : 8;
+    return flag(2) == 0 ? 0 : 8;
   });
 }
