@@ -8,9 +8,12 @@
 namespace tierrt::alloc {
 
 struct Mover::Op {
-  Op(Move k, Block* block) noexcept : kind(k), b(block) {}
+  Op(Move k, Block* block) noexcept : kind(k), b(block), bytes(block->size) {}
   Move kind;
   Block* b;
+  // Taken when the move is claimed: by the time the copy is reported, the
+  // application may have freed the block and another allocation revived it.
+  std::uint64_t bytes;
   std::uint32_t gen = 0;                 // spill: the block's generation when it started
   UseEvent* ev = nullptr;                // completes with the copy
   HostCopy host;                         // spill: where the bytes go; fetch: where they were
@@ -377,7 +380,7 @@ void Mover::report(const Op& op) noexcept {
   const std::uint64_t ns = o != nullptr ? UseTracker::elapsed_ns(op.timer) : 0;
   if (ns > 0)
     o->copy_done(op.kind == Move::Spill ? MoveObserver::Direction::ToHost : MoveObserver::Direction::ToDevice,
-                 op.b->size, ns);
+                 op.bytes, ns);
   if (op.kind != Move::Fetch) return;
   const std::uint64_t since = op.b->needed_since.exchange(0, std::memory_order_relaxed);
   if (since > kNeededOnDemand && o != nullptr) {
