@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 
 #include "state.h"
 
@@ -522,6 +523,9 @@ void AddressSpace::wait_until_unused(uint64_t begin, uint64_t end) {
   if (!busy()) return;
   use_cv_.wait(ulock, [&] { return !busy(); });
   // Memory was taken away from work that was using it: a GPU would fault.
+  if (state().config.report_faults)
+    std::fprintf(stderr, "simdev: device memory [0x%llx, 0x%llx) was unmapped while work in flight used it\n",
+                 static_cast<unsigned long long>(begin), static_cast<unsigned long long>(end));
   raise_sticky_error(CUDA_ERROR_ILLEGAL_ADDRESS);
 }
 

@@ -3,6 +3,7 @@
 // stream's worker. Parameter words are never inspected: a kernel faults only
 // when it actually touches device memory that is not mapped.
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <thread>
 
@@ -45,7 +46,13 @@ CUresult run_kernel(const KernelRecord& rec, const KernelInfo& info) {
   launch.shared_bytes = rec.shared_bytes;
   launch.num_params = static_cast<unsigned>(params.size());
   launch.params = params.data();
-  if (CUresult e = run_guarded_kernel(info.fn, &launch)) return e;
+  uint64_t fault_address = 0;
+  if (CUresult e = run_guarded_kernel(info.fn, &launch, &fault_address)) {
+    if (state().config.report_faults)
+      std::fprintf(stderr, "simdev: kernel %s faulted at device address 0x%llx (nothing mapped there)\n",
+                   info.name.c_str(), static_cast<unsigned long long>(fault_address));
+    return e;
+  }
   if (info.modeled_ns) std::this_thread::sleep_until(start + std::chrono::nanoseconds(info.modeled_ns));
   return CUDA_SUCCESS;
 }

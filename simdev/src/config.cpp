@@ -144,6 +144,11 @@ Config load_config_from_env() {
     if (t == "0" || t == "1") cfg.host_vmm = t == "1";
     else note_error(cfg, "SIMDEV_HOST_VMM", v, "0 (no host VMM) or 1");
   }
+  if (const char* v = env("SIMDEV_REPORT_FAULTS")) {
+    std::string t = v;
+    if (t == "0" || t == "1") cfg.report_faults = t == "1";
+    else note_error(cfg, "SIMDEV_REPORT_FAULTS", v, "0 or 1 (a line on stderr for each device fault)");
+  }
   if (const char* v = env("SIMDEV_HOST_VMM_GRANULARITY")) {
     // Host mappings share the device's address space, so their granularity
     // is a power-of-two multiple of the device's.

@@ -26,6 +26,7 @@ struct Config {
   std::string fail_spec;                        // SIMDEV_FAIL, applied by faults.cpp
   bool host_vmm = true;                         // SIMDEV_HOST_VMM: HOST/HOST_NUMA cuMemCreate offered
   uint64_t host_vmm_granularity = 0;            // SIMDEV_HOST_VMM_GRANULARITY (0: the device's)
+  bool report_faults = false;  // SIMDEV_REPORT_FAULTS: a stderr line per device fault, as a debugger would show
   int driver_version = 0;  // SIMDEV_DRIVER_VERSION; the toolkit's CUDA_VERSION unless set
   std::string error;  // non-empty: a variable was malformed; cuInit refuses
 };

@@ -15,6 +15,7 @@ namespace {
 
 struct GuardFrame {
   sigjmp_buf jump;
+  uint64_t fault_address = 0;
 };
 
 // The kernel this thread is running under the guard, or null. initial-exec:
@@ -52,6 +53,7 @@ void on_fault(int sig, siginfo_t* info, void* uctx) {
   // si_code > 0: raised by the hardware access itself, not sent by kill().
   if (frame && info->si_code > 0 && state().memory.in_arena(reinterpret_cast<uint64_t>(info->si_addr))) {
     tl_frame = nullptr;
+    frame->fault_address = reinterpret_cast<uint64_t>(info->si_addr);
     siglongjmp(frame->jump, 1);
   }
   chain(sig, info, uctx);
@@ -107,12 +109,15 @@ thread_local AltStack tl_alt_stack;
 
 }  // namespace
 
-CUresult run_guarded_kernel(simdev_kernel_fn fn, const simdev_launch* launch) {
+CUresult run_guarded_kernel(simdev_kernel_fn fn, const simdev_launch* launch, uint64_t* fault_address) {
   static std::once_flag installed;
   std::call_once(installed, install_handlers);
   tl_alt_stack.ensure();
   GuardFrame frame;
-  if (sigsetjmp(frame.jump, 1) != 0) return CUDA_ERROR_ILLEGAL_ADDRESS;
+  if (sigsetjmp(frame.jump, 1) != 0) {
+    if (fault_address) *fault_address = frame.fault_address;
+    return CUDA_ERROR_ILLEGAL_ADDRESS;
+  }
   tl_frame = &frame;
   std::atomic_signal_fence(std::memory_order_seq_cst);
   fn(launch);

@@ -13,7 +13,8 @@
 namespace simdev {
 
 // Runs fn on the calling thread; ILLEGAL_ADDRESS when it faulted on device
-// address space (the rest of the kernel does not run, as on a GPU).
-CUresult run_guarded_kernel(simdev_kernel_fn fn, const simdev_launch* launch);
+// address space (the rest of the kernel does not run, as on a GPU), with the
+// faulting address in *fault_address when it is not null.
+CUresult run_guarded_kernel(simdev_kernel_fn fn, const simdev_launch* launch, uint64_t* fault_address = nullptr);
 
 }  // namespace simdev
