@@ -136,7 +136,11 @@ void BlockStates::end_move(Block* b, Move m, bool queued) noexcept {
     --moves_;
     if (m == Move::Spill) --spills_;
     if (m == Move::Fetch) --(queued ? fetches_queued_ : fetches_unqueued_);
-    ++generation_;
+    // A spill given up before it was queued freed nothing: counting it as a
+    // change would send every waiting rescue back to try the same spill,
+    // whose undoing wakes them again (a livelock). The waiters still look
+    // again, at one spill fewer in flight.
+    if (m != Move::Spill || queued) ++generation_;
   }
   changed_.notify_all();
 }

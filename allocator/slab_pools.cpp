@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cassert>
 #include <cstdint>
 #include <iterator>
 
@@ -79,13 +80,7 @@ CUresult SlabPools::allocate(CUdeviceptr* out, std::size_t bytes, CUstream s) no
       std::lock_guard<RankedMutex> g(mu_);
       Pool& p = pools_[shift];
       p.growing = false;
-      if (r == CUDA_SUCCESS) {
-        p.slabs.push_back(*sl);
-        set_bit(sl->taken, 0, true);
-        sl->handed_out = 1;
-        if (!sl->free_slots.empty()) p.partial.push_back(*sl);
-        *out = sl->range.va;  // slot 0
-      }
+      if (r == CUDA_SUCCESS) *out = sl->range.va;  // slot 0, handed out by new_slab
     }
     grown_.notify_all();
     return r;
@@ -223,26 +218,33 @@ std::uint64_t SlabPools::release_empty(bool wait) noexcept {
 }
 
 std::uint64_t SlabPools::release(unsigned shift, std::size_t keep, bool wait) noexcept {
-  std::vector<Slab*> empty;
+  struct Seen {
+    Slab* slab;
+    std::uint64_t generation;
+  };
+  std::vector<Seen> empty;
   {
     std::lock_guard<RankedMutex> g(mu_);
     for (Slab& sl : pools_[shift].slabs)
-      if (sl.empty()) empty.push_back(&sl);
+      if (sl.empty()) empty.push_back({&sl, sl.generation});
   }
   if (empty.size() <= keep) return 0;
   // Uses recorded on a slab after its slots were freed (stale pointers)
   // still keep it: only an idle one goes.
-  for (Slab* sl : empty) {
-    if (wait) (void)uses_.forget(&sl->uses, /*synchronize=*/true);
-    else (void)uses_.retire_completed(&sl->uses);
+  for (const Seen& e : empty) {
+    if (wait) (void)uses_.forget(&e.slab->uses, /*synchronize=*/true);
+    else (void)uses_.retire_completed(&e.slab->uses);
   }
   std::vector<Slab*> gone;
   {
     std::lock_guard<RankedMutex> g(mu_);
     Pool& p = pools_[shift];
     std::size_t kept = 0;
-    for (Slab* sl : empty) {
-      if (!sl->live || sl->size_shift != shift || !sl->empty() || !uses_.idle(&sl->uses)) continue;
+    for (const auto& [sl, generation] : empty) {
+      // Another thread may have released it meanwhile, and a new slab may
+      // have taken the same object since.
+      if (!sl->live || sl->generation != generation || !sl->empty() || !uses_.idle(&sl->uses)) continue;
+      assert(sl->size_shift == shift && sl->hook.is_linked());
       if (kept < keep) {
         ++kept;
         continue;
@@ -302,6 +304,14 @@ CUresult SlabPools::new_slab(unsigned shift, Slab** out) noexcept {
   sl->free_slots.reserve(capacity);
   for (std::uint32_t i = capacity; i-- > 1;) sl->free_slots.push_back(i);
   sl->uses.state.store(State::Resident, std::memory_order_seq_cst);
+  ++sl->generation;
+  // Live and in its pool in one step, with slot 0 taken by the caller, so
+  // that no release sees it live and empty before it is anyone's.
+  Pool& p = pools_[shift];
+  p.slabs.push_back(*sl);
+  set_bit(sl->taken, 0, true);
+  sl->handed_out = 1;
+  if (!sl->free_slots.empty()) p.partial.push_back(*sl);
   bytes_.fetch_add(bytes, std::memory_order_relaxed);
   made_.fetch_add(1, std::memory_order_relaxed);
   *out = sl;

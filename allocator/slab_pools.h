@@ -33,6 +33,9 @@ struct Slab {
   DeviceRange range;
   unsigned size_shift = 0;     // slot size = 1 << size_shift
   bool live = false;           // holds a range; else a spare object (type-stable)
+  // Bumped each time the object takes a new range: a slab seen outside mu_
+  // is acted on later only if it is still in the life it was seen in.
+  std::uint64_t generation = 0;
   std::uint32_t handed_out = 0;  // slots the application holds
   std::uint32_t pending = 0;     // freed slots waiting for their uses
   std::vector<std::uint32_t> free_slots;  // slots nothing may still use
@@ -103,6 +106,7 @@ class SlabPools {
   void retire(unsigned shift, std::size_t most, bool wait) noexcept;
   // Returns the empty, idle slabs of `shift` beyond `keep` to the device.
   std::uint64_t release(unsigned shift, std::size_t keep, bool wait) noexcept;
+  // A new live slab in its pool, with slot 0 handed out.
   CUresult new_slab(unsigned shift, Slab** out) noexcept;
   void forget_pending(Pending& e) noexcept;
 

@@ -4,6 +4,7 @@
 // that could not be recorded keeps its memory in use until its stream is
 // idle; small allocations share slabs across streams and threads, and empty
 // slabs go back to the device.
+#include <algorithm>
 #include <array>
 #include <initializer_list>
 #include <map>
@@ -423,6 +424,51 @@ TEST_P(Slabs, NoLiveSlotIsEverHandedToTwoThreads) {
   EXPECT_EQ(overlaps.load(), 0);
   EXPECT_EQ(wrong.load(), 0);
   CU_OK(cuCtxSynchronize());
+  a->release_empty_slabs();
+  EXPECT_EQ(a->stats().slab_bytes, 0u);
+}
+
+// Slabs made and released as fast as threads can: a release that saw a
+// slab empty must not act on it once the same object holds a new slab (it
+// would unlink a slab that is not in its pool and destroy a range whose
+// first slot was just handed out).
+TEST_P(Slabs, AReleaseNeverTakesASlabThatWasMadeAgainMeanwhile) {
+  auto a = make(GetParam());
+  constexpr int kThreads = 4, kReleasers = 2, kRounds = 3000;
+  constexpr std::size_t kSlot = 1 * MiB;  // the largest class: two slots per slab
+  constexpr std::size_t kChecked = 4 * KiB;
+  std::atomic<int> failures{0}, wrong{0};
+  std::atomic<bool> done{false};
+  std::vector<std::thread> releasers;
+  for (int r = 0; r < kReleasers; ++r)
+    releasers.emplace_back([&] {
+      Env::get().bind();
+      while (!done.load()) a->release_empty_slabs();
+    });
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t)
+    threads.emplace_back([&, t] {
+      Env::get().bind();
+      std::vector<std::uint8_t> back(kChecked);
+      for (int round = 0; round < kRounds; ++round) {
+        CUdeviceptr p = 0;
+        if (a->allocate(&p, kSlot - 64, CU_STREAM_LEGACY) != CUDA_SUCCESS) {
+          ++failures;
+          break;
+        }
+        const auto value = static_cast<unsigned char>(t * 31 + round);
+        if (cuMemsetD8(p, value, kChecked) != CUDA_SUCCESS || cuMemcpyDtoH(back.data(), p, kChecked) != CUDA_SUCCESS)
+          ++failures;
+        else if (std::count(back.begin(), back.end(), value) != static_cast<std::ptrdiff_t>(kChecked))
+          ++wrong;
+        if (a->free(p, CU_STREAM_LEGACY) != CUDA_SUCCESS) ++failures;
+      }
+    });
+  for (std::thread& th : threads) th.join();
+  done = true;
+  for (std::thread& th : releasers) th.join();
+  EXPECT_EQ(failures.load(), 0);
+  EXPECT_EQ(wrong.load(), 0);
   a->release_empty_slabs();
   EXPECT_EQ(a->stats().slab_bytes, 0u);
 }
