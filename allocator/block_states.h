@@ -72,6 +72,8 @@ class BlockStates {
   // Takes cached blocks without a move pending, largest first, until `bytes`.
   template <class F>
   std::uint64_t take_cached(std::uint64_t bytes, F&& take, const Lock&);
+  // A block take_cached gave out goes back, still FREED, on its free stream.
+  void return_cached(Block* b, const Lock&) noexcept { cache_.insert(b); }
 
   // ---- moves ----
   void begin_move(Block* b, Move m, const Lock&) noexcept;

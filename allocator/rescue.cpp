@@ -70,14 +70,23 @@ std::uint64_t Allocator::Parts::trim(std::uint64_t bytes) noexcept {
     sum += blocks.take_cached(bytes - sum, [&](Block* b) { victims.push_back(b); }, l);
     if (!victims.empty()) releasing.emplace(blocks, l);
   }
-  if (!victims.empty()) {
-    // Work that used them (or ran on the streams that freed them) finishes
-    // before their memory is unmapped.
-    (void)TIERRT_CU(cuCtxSynchronize);
-    for (Block* b : victims) {
-      uses.forget(b, /*synchronize=*/false);
-      destroy_block(b);
+  // Work that used them finishes before their memory is unmapped: each
+  // recorded use is waited for (a context synchronize would end any capture
+  // open in the context). One whose uses cannot be waited for now (a use on
+  // a stream that is capturing) goes back to the cache.
+  std::vector<Block*> kept;
+  for (Block* b : victims) {
+    if (uses.wait_all(b) != CUDA_SUCCESS) {
+      kept.push_back(b);
+      sum -= b->mapped;
+      continue;
     }
+    (void)uses.forget(b, /*synchronize=*/false);
+    destroy_block(b);
+  }
+  if (!kept.empty()) {
+    auto l = blocks.lock();
+    for (Block* b : kept) blocks.return_cached(b, l);
   }
   trimmed.fetch_add(sum, std::memory_order_relaxed);
   return sum;

@@ -60,8 +60,7 @@ void SlabPools::forget_pending(Pending& e) noexcept {
 CUresult SlabPools::allocate(CUdeviceptr* out, std::size_t bytes, CUstream s) noexcept {
   const unsigned shift = std::max<unsigned>(kMinShift, std::bit_width(bytes - 1));
   for (;;) {
-    CUresult r = CUDA_SUCCESS;
-    if (take_freed(shift, s, out, &r)) return r;
+    if (take_freed(shift, s, out)) return CUDA_SUCCESS;
     {
       // One new slab per size at a time: threads that found none wait for
       // it rather than each making their own.
@@ -75,7 +74,7 @@ CUresult SlabPools::allocate(CUdeviceptr* out, std::size_t bytes, CUstream s) no
       p.growing = true;
     }
     Slab* sl = nullptr;
-    r = new_slab(shift, &sl);
+    const CUresult r = new_slab(shift, &sl);
     {
       std::lock_guard<RankedMutex> g(mu_);
       Pool& p = pools_[shift];
@@ -87,7 +86,7 @@ CUresult SlabPools::allocate(CUdeviceptr* out, std::size_t bytes, CUstream s) no
   }
 }
 
-bool SlabPools::take_freed(unsigned shift, CUstream s, CUdeviceptr* out, CUresult* result) noexcept {
+bool SlabPools::take_freed(unsigned shift, CUstream s, CUdeviceptr* out) noexcept {
   const bool ordered = stream_ordered(s);
   for (bool polled = false;; polled = true) {
     Pending reused;
@@ -116,14 +115,15 @@ bool SlabPools::take_freed(unsigned shift, CUstream s, CUdeviceptr* out, CUresul
       }
     }
     if (reused.slab != nullptr) {
-      *result = wait_for_reuse(reused, s);
-      if (*result != CUDA_SUCCESS) {
+      if (wait_for_reuse(reused, s) != CUDA_SUCCESS) {
+        // Its uses cannot be waited for now: the slot stays pending and the
+        // allocation takes a slot of a new slab.
         std::lock_guard<RankedMutex> g(mu_);
         set_bit(reused.slab->taken, reused.idx, false);
         --reused.slab->handed_out;
         ++reused.slab->pending;
         pools_[shift].pending.push_back(reused);
-        return true;
+        return false;
       }
       forget_pending(reused);
       *out = reused.slab->range.va + (CUdeviceptr{reused.idx} << shift);

@@ -93,9 +93,9 @@ class SlabPools {
     bool growing = false;         // a thread is making a slab of this size
   };
 
-  // A free slot, or a freed one usable on `s` (true; `*result` says whether
-  // waiting for its uses could be arranged); false when there is none.
-  bool take_freed(unsigned shift, CUstream s, CUdeviceptr* out, CUresult* result) noexcept;
+  // A free slot, or a freed one usable on `s` once its uses are waited for;
+  // false when there is none (or no wait could be arranged).
+  bool take_freed(unsigned shift, CUstream s, CUdeviceptr* out) noexcept;
   CUdeviceptr take_free_locked(Pool& p) noexcept;
   void give_free_locked(Pool& p, Slab* sl, std::uint32_t idx) noexcept;
   // Makes `s` wait for the uses of a slot freed earlier (a stream-ordered

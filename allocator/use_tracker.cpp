@@ -193,9 +193,9 @@ CUresult UseTracker::wait_host(const UseSlot& u) noexcept {
   // Synchronizing a stream that captures would end its capture: only one
   // that says it does not is waited for.
   CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-  if (TIERRT_CU(cuStreamIsCapturing, u.stream, &cs) == CUDA_SUCCESS && cs == CU_STREAM_CAPTURE_STATUS_NONE &&
-      TIERRT_CU(cuStreamSynchronize, u.stream) == CUDA_SUCCESS)
-    return CUDA_SUCCESS;
+  const CUresult q = TIERRT_CU(cuStreamIsCapturing, u.stream, &cs);
+  if (q == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  if (q == CUDA_SUCCESS && TIERRT_CU(cuStreamSynchronize, u.stream) == CUDA_SUCCESS) return CUDA_SUCCESS;
   // A stream destroyed since cannot be waited for: the context can.
   return TIERRT_CU(cuCtxSynchronize);
 }
@@ -203,6 +203,17 @@ CUresult UseTracker::wait_host(const UseSlot& u) noexcept {
 bool UseTracker::completed(const UseSlot& u) noexcept {
   if (unrecorded(u.ev)) return TIERRT_CU(cuStreamQuery, u.stream) == CUDA_SUCCESS;
   return TIERRT_CU(cuEventQuery, u.ev->ev) == CUDA_SUCCESS;
+}
+
+CUresult UseTracker::wait_all(Block* b) noexcept {
+  UseSlot uses[kMaxUseSlots];
+  const int n = take_refs(b, uses);
+  CUresult r = CUDA_SUCCESS;
+  for (int i = 0; i < n; ++i) {
+    if (r == CUDA_SUCCESS) r = wait_host(uses[i]);
+    unref(uses[i].ev);
+  }
+  return r;
 }
 
 CUresult UseTracker::forget(Block* b, bool synchronize) noexcept {

@@ -79,6 +79,10 @@ class UseTracker {
   static CUresult wait_host(const UseSlot& u) noexcept;
   // Whether the use is known complete now (a failed query says no).
   static bool completed(const UseSlot& u) noexcept;
+  // The host waits for every use recorded on the block, which keeps them
+  // (the first failure is returned; a use on a capturing stream cannot be
+  // waited for until its capture ends: STREAM_CAPTURE_UNSUPPORTED).
+  CUresult wait_all(Block* b) noexcept;
   // Forgets the block's uses; with `synchronize`, the host waits for each
   // first (the first failure is returned: nothing is known complete then).
   CUresult forget(Block* b, bool synchronize) noexcept;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <set>
 
 #include "state.h"
@@ -19,6 +20,14 @@ std::vector<std::shared_ptr<CaptureSequence>>& open_sequences() {
 thread_local CUstreamCaptureMode tl_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
 
 std::atomic<unsigned long long> g_next_capture_id{1};
+
+// Caller holds graph_mutex(). SIMDEV_REPORT_FAULTS=1 says what ended a
+// capture, the way a failed graph capture is hard to trace otherwise.
+void invalidate(CaptureSequence& seq, const char* why) {
+  if (!seq.invalidated && state().config.report_faults)
+    std::fprintf(stderr, "simdev: capture %llu invalidated: %s\n", seq.id, why);
+  seq.invalidated = true;
+}
 
 // Caller holds graph_mutex(). Detaches every stream from `seq`.
 void close_sequence(const std::shared_ptr<CaptureSequence>& seq) {
@@ -188,7 +197,7 @@ bool capture_free(const StreamPtr& s, uint64_t ptr, CUresult* result) {
   auto it = std::find_if(allocs.begin(), allocs.end(),
                          [&](const auto& a) { return a->ptr == ptr && !a->freed_by_graph; });
   if (it == allocs.end()) {
-    seq->invalidated = true;
+    invalidate(*seq, "a captured free of memory the capture did not allocate");
     *result = CUDA_ERROR_INVALID_VALUE;
     return true;
   }
@@ -230,17 +239,18 @@ bool capture_wait_event(const StreamPtr& s, const EventMark* mark, CUresult* res
       return true;
     }
     // Work outside the capture cannot be a dependency of the graph.
-    mine->invalidated = true;
+    invalidate(*mine, "a capturing stream waited on an event recorded outside the capture");
     *result = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
     return true;
   }
   if (!theirs_open) {
-    if (mine) mine->invalidated = true;
+    if (mine) invalidate(*mine, "a wait on an event recorded in a capture that has ended");
     *result = CUDA_ERROR_CAPTURED_EVENT;
     return true;
   }
   if (mine && mine != theirs) {
-    mine->invalidated = theirs->invalidated = true;
+    invalidate(*mine, "a wait on an event of another capture");
+    invalidate(*theirs, "another capture waited on one of its events");
     *result = CUDA_ERROR_STREAM_CAPTURE_MERGE;
     return true;
   }
@@ -250,7 +260,7 @@ bool capture_wait_event(const StreamPtr& s, const EventMark* mark, CUresult* res
   }
   if (!mine) {
     if (s->kind() == StreamKind::kLegacyDefault) {
-      theirs->invalidated = true;
+      invalidate(*theirs, "the legacy default stream waited on one of its events");
       *result = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
       return true;
     }
@@ -271,7 +281,7 @@ bool refuse_captured_event(const EventMark* mark) {
   if (!mark) return false;
   std::lock_guard lock(graph_mutex());
   if (!mark->capture) return false;
-  mark->capture->invalidated = true;
+  invalidate(*mark->capture, "one of its events was queried or waited for on the host");
   return true;
 }
 
@@ -279,7 +289,7 @@ CUresult refuse_legacy_during_capture(Context* ctx) {
   std::lock_guard lock(graph_mutex());
   std::vector<std::shared_ptr<CaptureSequence>> seqs;
   if (!blocking_stream_captures(ctx, &seqs)) return CUDA_SUCCESS;
-  for (auto& seq : seqs) seq->invalidated = true;
+  for (auto& seq : seqs) invalidate(*seq, "work on the legacy default stream while a blocking stream captured");
   return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
 }
 
@@ -288,7 +298,7 @@ CUresult refuse_if_capturing(const StreamPtr& s) {
   auto& seq = s->capture.sequence;
   if (!seq) return CUDA_SUCCESS;
   if (seq->invalidated) return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-  seq->invalidated = true;
+  invalidate(*seq, "a call a capturing stream does not allow (a synchronize or query of the stream)");
   return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 }
 
@@ -300,7 +310,8 @@ CUresult refuse_context_sync_during_capture(Context* ctx) {
     if (seq->invalidated) continue;
     for (auto& m : seq->members)
       if (m->context() == ctx) {
-        seq->invalidated = any = true;
+        invalidate(*seq, "a context synchronize during the capture");
+        any = true;
         break;
       }
   }
@@ -317,7 +328,10 @@ CUresult refuse_unsafe_call() {
     bool own = seq->thread == me && seq->mode != CU_STREAM_CAPTURE_MODE_RELAXED;
     bool others = seq->thread != me && seq->mode == CU_STREAM_CAPTURE_MODE_GLOBAL &&
                   tl_mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
-    if (own || others) seq->invalidated = refused = true;
+    if (own || others) {
+      invalidate(*seq, own ? "an unsafe call on the capturing thread" : "an unsafe call on another thread during a global capture");
+      refused = true;
+    }
   }
   return refused ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }

@@ -112,6 +112,16 @@ int Worker::pick_block(bool tables) {
   return ids.empty() ? -1 : ids[rand(ids.size())];
 }
 
+// The block and its last operations on stderr, for a failure about it.
+void Worker::describe(int id, const char* what) {
+  const Block& b = blocks_.at(id);
+  std::string h;
+  for (const auto& e : b.history) h += "\n    " + e;
+  std::fprintf(stderr, "random_program: thread %u: block %d (0x%llx, %zu bytes%s) %s; its last operations:%s\n", index_,
+               id, static_cast<unsigned long long>(b.ptr), b.bytes, b.is_table ? ", pointer table" : "", what,
+               h.c_str());
+}
+
 void Worker::read_and_compare(int id, Range r, int stream, bool async) {
   Block& b = blocks_.at(id);
   if (read_buffer_.size() < r.n) read_buffer_.resize(r.n);
@@ -122,7 +132,9 @@ void Worker::read_and_compare(int id, Range r, int stream, bool async) {
     if (!check(d_.dtoh_async(host, src, r.n * 4, handle(stream)), Call::kCopyAsync)) return;
     synchronize(stream);
   } else {
-    if (!check(d_.dtoh(host, src, r.n * 4), Call::kCopy)) return;
+    const CUresult e = d_.dtoh(host, src, r.n * 4);
+    if (e != CUDA_SUCCESS && !faults_possible_.load()) describe(id, "could not be read back");
+    if (!check(e, Call::kCopy)) return;
     stream_done(0);
   }
   if (b.unknown) {

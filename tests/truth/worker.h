@@ -106,6 +106,7 @@ class Worker {
   void synchronize(int s);
   void stream_done(int s);
   void note(int id, const std::string& what);
+  void describe(int id, const char* what);
   void read_and_compare(int id, Range r, int stream, bool async);
   void arm_fault();
   uint64_t rand(uint64_t n) { return rng_() % n; }
