@@ -67,7 +67,9 @@ void say_refused(std::size_t bytes, CUresult r, const alloc::Stats& s, Mode mode
   static std::atomic<std::uint64_t> refusals{0};
   const std::uint64_t n = refusals.fetch_add(1, std::memory_order_relaxed) + 1;
   if (n > kSaidInFull && n % 1000 != 0 && !log::enabled(LogLevel::Debug)) return;
-  const char* why = bytes > s.device_budget ? "it is larger than the device budget"
+  // Past the budget an allocation is refused only when the device itself has
+  // no room (otherwise it goes over the budget: Stats::over_budget).
+  const char* why = bytes > s.device_budget ? "it is larger than the device budget and the device has no room for it"
                     : mode == Mode::Observe ? "the device is full, and observe mode moves nothing"
                     : s.host_used + bytes > s.host_budget
                         ? "the device budget is spent and the host tier is full (TIERRT_HOST_BUDGET)"
