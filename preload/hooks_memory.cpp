@@ -74,7 +74,9 @@ TIERRT_FREE_ASYNC_(cuMemFreeAsync_ptsz, ptsz)
 
 CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   auto forward = [&] { return TIERRT_REAL(cuMemGetInfo_v2, cuMemGetInfo_v2)(free_bytes, total_bytes); };
-  if (Engine* e = Engine::active()) return e->mem_get_info(free_bytes, total_bytes, forward);
+  // Started here, not only at the first allocation: frameworks size their
+  // memory pools from the first query, made before they allocate anything.
+  if (Engine* e = Engine::for_allocation()) return e->mem_get_info(free_bytes, total_bytes, forward);
   return forward();
 }
 

@@ -1,5 +1,7 @@
 #include "runtime/config.h"
 
+#include <unistd.h>
+
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -115,6 +117,30 @@ std::optional<int> parse_choice(std::string_view variable, std::string_view valu
   }
   set_error(error, variable, value, accepted);
   return std::nullopt;
+}
+
+std::string expand_output_path(std::string_view pattern, GetenvFn getenv_fn) {
+  if (!getenv_fn) getenv_fn = [](const char* n) -> const char* { return std::getenv(n); };
+  std::string out;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    const char next = i + 1 < pattern.size() ? pattern[i + 1] : '\0';
+    if (pattern[i] != '%' || (next != 'p' && next != 'r' && next != '%')) {
+      out += pattern[i];
+      continue;
+    }
+    ++i;
+    if (next == '%') {
+      out += '%';
+    } else if (next == 'p') {
+      out += std::to_string(getpid());
+    } else {
+      const char* rank = nullptr;
+      for (const char* var : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"})
+        if (const char* v = getenv_fn(var); !rank && v && *v) rank = v;
+      out += rank ? rank : "0";
+    }
+  }
+  return out;
 }
 
 }  // namespace tierrt::config

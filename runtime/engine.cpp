@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -56,6 +57,29 @@ CUresult current_device(CUcontext* ctx, CUdevice* dev, size_t* total) noexcept {
   if (!*ctx) return CUDA_ERROR_INVALID_CONTEXT;
   if (CUresult r = TIERRT_CU(cuCtxGetDevice, dev)) return r;
   return TIERRT_CU(cuDeviceTotalMem, total, *dev);
+}
+
+// An allocation tierrt refused, in one line at warn level with the reason
+// the allocator's counters give. A job may retry in a loop: the first few
+// are said, then every 1000th (each at debug level).
+void say_refused(std::size_t bytes, CUresult r, const alloc::Stats& s, Mode mode) noexcept {
+  constexpr std::uint64_t kSaidInFull = 8;
+  static std::atomic<std::uint64_t> refusals{0};
+  const std::uint64_t n = refusals.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (n > kSaidInFull && n % 1000 != 0 && !log::enabled(LogLevel::Debug)) return;
+  // Past the budget an allocation is refused only when the device itself has
+  // no room (otherwise it goes over the budget: Stats::over_budget).
+  const char* why = bytes > s.device_budget ? "it is larger than the device budget and the device has no room for it"
+                    : mode == Mode::Observe ? "the device is full, and observe mode moves nothing"
+                    : s.host_used + bytes > s.host_budget
+                        ? "the device budget is spent and the host tier is full (TIERRT_HOST_BUDGET)"
+                        : "the device budget is spent and no idle block could be spilled";
+  TIERRT_LOG(Warn, "refused an allocation of %llu bytes (%s): %s; device %llu of %llu MiB budget, host tier %llu of "
+                   "%llu MiB (refusal %llu%s)",
+             static_cast<unsigned long long>(bytes), drv::result_name(r), why,
+             static_cast<unsigned long long>(s.device_used >> 20), static_cast<unsigned long long>(s.device_budget >> 20),
+             static_cast<unsigned long long>(s.host_used >> 20), static_cast<unsigned long long>(s.host_budget >> 20),
+             static_cast<unsigned long long>(n), n == kSaidInFull ? "; from now on every 1000th is said" : "");
 }
 
 }  // namespace
@@ -212,7 +236,10 @@ CUresult Engine::allocate(CUdeviceptr* out, size_t bytes, CUstream app_stream) n
   flags.pass_through = captures_.capturing(app_stream) || global_captures_.load(std::memory_order_relaxed) > 0;
   const CUstream stream = StreamIds::key(app_stream);
   CUresult r = alloc_->allocate(out, bytes, stream, flags);
-  if (r != CUDA_SUCCESS) return r;
+  if (r != CUDA_SUCCESS) {
+    if (!flags.pass_through) say_refused(bytes, r, alloc_->stats(), settings_.mode);
+    return r;
+  }
   if (!flags.pass_through) records_.add(*out, bytes);
   if (alloc::Block* b = alloc_->lookup(*out)) {
     add_live(static_cast<std::int64_t>(b->size));

@@ -7,6 +7,8 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include "runtime/config.h"
+
 namespace tierrt::log {
 
 namespace {
@@ -18,7 +20,7 @@ constexpr const char* kNames[] = {"", "error", "warn", "info", "debug"};
 void configure(LogLevel level, const char* file) {
   g_level.store(static_cast<int>(level));
   if (file && *file) {
-    int fd = open(file, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    int fd = open(config::expand_output_path(file).c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd >= 0) g_fd.store(fd);
     else write(LogLevel::Error, "cannot open TIERRT_LOG_FILE=\"%s\"; logging to stderr", file);
   }

@@ -24,6 +24,8 @@ void MoveFeedback::late_fetch(const alloc::Block& b, std::uint64_t late_ns) noex
 }
 
 void MoveFeedback::copy_done(Direction d, std::uint64_t bytes, std::uint64_t ns) noexcept {
+  TIERRT_LOG(Debug, "%s %llu bytes in %.3f ms", d == Direction::ToHost ? "spilled" : "fetched",
+             static_cast<unsigned long long>(bytes), static_cast<double>(ns) / 1e6);
   Totals& t = totals_[static_cast<int>(d)];
   t.all_bytes.fetch_add(bytes, std::memory_order_relaxed);
   t.all_ns.fetch_add(ns, std::memory_order_relaxed);

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "policies/trace/trace_file.hpp"
+#include "runtime/config.h"
 #include "host_clock.h"
 #include "log.h"
 
@@ -81,14 +82,20 @@ bool Recorder::write() noexcept {
       TIERRT_LOG(Warn, "TIERRT_RECORD kept the first %llu events of %llu", static_cast<unsigned long long>(n),
                  static_cast<unsigned long long>(n_events_.load()));
     try {
-      policy::write_trace_file(events_path_, policy::Trace(events_, events_ + n));
+      const policy::Trace trace(events_, events_ + n);
+      if (events_path_ == "-") {
+        const std::vector<std::byte> bytes = policy::encode_trace(trace);
+        ok = std::fwrite(bytes.data(), 1, bytes.size(), stderr) == bytes.size() && ok;
+      } else {
+        policy::write_trace_file(config::expand_output_path(events_path_), trace);
+      }
     } catch (const std::exception& e) {
       TIERRT_LOG(Error, "TIERRT_RECORD: %s", e.what());
       ok = false;
     }
   }
   if (samples_) {
-    FILE* f = std::fopen(trace_path_.c_str(), "w");
+    FILE* f = trace_path_ == "-" ? stderr : std::fopen(config::expand_output_path(trace_path_).c_str(), "w");
     if (!f) {
       TIERRT_LOG(Error, "cannot write TIERRT_TRACE=\"%s\"", trace_path_.c_str());
       return false;
@@ -107,7 +114,7 @@ bool Recorder::write() noexcept {
                      static_cast<unsigned long long>(s.bytes));
     }
     std::fprintf(f, "\n]}\n");
-    ok = std::fclose(f) == 0 && ok;
+    ok = (f == stderr ? std::fflush(f) : std::fclose(f)) == 0 && ok;
   }
   return ok;
 }

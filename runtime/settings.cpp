@@ -2,10 +2,14 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
+#include <iterator>
 #include <stdexcept>
 #include <string_view>
+#include <utility>
 
 #include "allocator/budget_defaults.h"
+#include "log.h"
 
 namespace tierrt {
 
@@ -34,6 +38,40 @@ std::string output_destination(std::string_view v) {
   return std::string(v);
 }
 
+// A budget: a size or a percentage, above zero (zero would leave tierrt no
+// memory at all; TIERRT_MODE=off is the way to turn it off).
+std::optional<config::ByteSize> parse_budget(const char* variable, const char* value, std::string* error) {
+  auto b = config::parse_byte_size(variable, value, true, error);
+  if (b && !b->relative && b->bytes == 0) {
+    if (error != nullptr)
+      *error = config::refusal(variable, value, "a size above zero or a percentage (TIERRT_MODE=off turns tierrt off)");
+    return std::nullopt;
+  }
+  return b;
+}
+
+// Two outputs written to one file lose one of them: refused, naming both.
+bool outputs_apart(const Settings& s, std::string* error) {
+  namespace fs = std::filesystem;
+  const std::pair<const char*, const std::string*> outputs[] = {
+      {"TIERRT_STATS", &s.stats}, {"TIERRT_TRACE", &s.trace}, {"TIERRT_RECORD", &s.record},
+      {"TIERRT_LOG_FILE", &s.log_file}};
+  for (std::size_t i = 0; i < std::size(outputs); ++i) {
+    for (std::size_t j = i + 1; j < std::size(outputs); ++j) {
+      const std::string& a = *outputs[i].second;
+      const std::string& b = *outputs[j].second;
+      if (a.empty() || b.empty() || a == "-" || b == "-") continue;
+      std::error_code ec;
+      if (a != b && fs::absolute(a, ec).lexically_normal() != fs::absolute(b, ec).lexically_normal()) continue;
+      if (error != nullptr)
+        *error = std::string("tierrt: ") + outputs[i].first + " and " + outputs[j].first + " both name \"" + a +
+                 "\"; each output needs a file of its own";
+      return false;
+    }
+  }
+  return true;
+}
+
 bool parse_link(const char* value, policy::LinkModel* out, std::string* error) {
   try {
     *out = policy::parse_link(config::normalized(value));
@@ -57,11 +95,11 @@ bool read_settings(Settings* out, std::string* error, config::GetenvFn getenv_fn
     s.mode = static_cast<Mode>(*k);
   }
   if (const char* v = value_of(getenv_fn, "TIERRT_DEVICE_BUDGET")) {
-    s.device_budget = config::parse_byte_size("TIERRT_DEVICE_BUDGET", v, true, error);
+    s.device_budget = parse_budget("TIERRT_DEVICE_BUDGET", v, error);
     if (!s.device_budget) return false;
   }
   if (const char* v = value_of(getenv_fn, "TIERRT_HOST_BUDGET")) {
-    s.host_budget = config::parse_byte_size("TIERRT_HOST_BUDGET", v, true, error);
+    s.host_budget = parse_budget("TIERRT_HOST_BUDGET", v, error);
     if (!s.host_budget) return false;
   }
   if (const char* v = value_of(getenv_fn, "TIERRT_MIN_BYTES")) {
@@ -92,14 +130,15 @@ bool read_settings(Settings* out, std::string* error, config::GetenvFn getenv_fn
     if (!parse_flag("TIERRT_VIRTUAL_MEMINFO", v, &s.virtual_meminfo, error)) return false;
   }
   if (const char* v = value_of(getenv_fn, "TIERRT_STATS")) s.stats = output_destination(v);
-  if (const char* v = value_of(getenv_fn, "TIERRT_TRACE")) s.trace = v;
-  if (const char* v = value_of(getenv_fn, "TIERRT_RECORD")) s.record = v;
+  if (const char* v = value_of(getenv_fn, "TIERRT_TRACE")) s.trace = output_destination(v);
+  if (const char* v = value_of(getenv_fn, "TIERRT_RECORD")) s.record = output_destination(v);
   if (const char* v = value_of(getenv_fn, "TIERRT_LOG")) {
     auto k = config::parse_choice("TIERRT_LOG", v, {"off", "error", "warn", "info", "debug"}, error);
     if (!k) return false;
     s.log_level = static_cast<LogLevel>(*k);
   }
   if (const char* v = value_of(getenv_fn, "TIERRT_LOG_FILE")) s.log_file = v;
+  if (!outputs_apart(s, error)) return false;
   *out = std::move(s);
   return true;
 }
@@ -108,6 +147,15 @@ ResolvedSettings resolve(const Settings& s, const MachineFacts& machine) noexcep
   ResolvedSettings r;
   r.device_budget = s.device_budget ? s.device_budget->resolve(machine.device_total)
                                     : alloc::default_device_budget(machine.device_total);
+  if (machine.device_total != 0 && r.device_budget > machine.device_total) {
+    // Counting against memory the device does not have would let the stats
+    // report a peak above the device, and never spill before the driver fails.
+    TIERRT_LOG(Warn, "TIERRT_DEVICE_BUDGET (%llu MiB) is more than the device's memory (%llu MiB); using %llu MiB",
+               static_cast<unsigned long long>(r.device_budget >> 20),
+               static_cast<unsigned long long>(machine.device_total >> 20),
+               static_cast<unsigned long long>(machine.device_total >> 20));
+    r.device_budget = machine.device_total;
+  }
   r.host_budget = s.host_budget ? s.host_budget->resolve(machine.physical_ram)
                                 : alloc::default_host_budget(machine.physical_ram);
   r.min_bytes = s.min_bytes;

@@ -107,7 +107,7 @@ void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
 void write_stats_report(const Engine& e) noexcept {
   const std::string& where = e.settings().stats;
   if (where.empty()) return;
-  FILE* f = where == "-" ? stderr : std::fopen(where.c_str(), "w");
+  FILE* f = where == "-" ? stderr : std::fopen(config::expand_output_path(where).c_str(), "w");
   if (!f) {
     TIERRT_LOG(Error, "cannot write TIERRT_STATS=\"%s\"", where.c_str());
     return;

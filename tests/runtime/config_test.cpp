@@ -4,7 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <map>
 #include <string>
 #include <string_view>
 
@@ -58,6 +61,28 @@ TEST(ConfigChoice, RefusalIsOneLineNamingTheChoices) {
   EXPECT_FALSE(parse_choice("TIERRT_MODE", "on", {"off", "observe", "tier"}, &err));
   EXPECT_EQ(err, "tierrt: TIERRT_MODE=\"on\" is not accepted; expected one of off, observe, tier");
   EXPECT_EQ(refusal("TIERRT_LINK", "x", "pcie5 or c2c"), "tierrt: TIERRT_LINK=\"x\" is not accepted; expected pcie5 or c2c");
+}
+
+std::map<std::string, std::string> g_env;
+const char* fake_getenv(const char* name) {
+  auto it = g_env.find(name);
+  return it == g_env.end() ? nullptr : it->second.c_str();
+}
+
+TEST(OutputPath, PidRankAndPercent) {
+  const std::string pid = std::to_string(getpid());
+  g_env = {};
+  EXPECT_EQ("stats." + pid + ".0.txt", expand_output_path("stats.%p.%r.txt", &fake_getenv));
+  EXPECT_EQ("plain.txt", expand_output_path("plain.txt", &fake_getenv));
+  EXPECT_EQ("100%.txt", expand_output_path("100%%.txt", &fake_getenv));
+  EXPECT_EQ("a%xb%", expand_output_path("a%xb%", &fake_getenv));  // other % forms stay as written
+  // The rank: RANK, else SLURM_PROCID, else OMPI_COMM_WORLD_RANK.
+  g_env = {{"OMPI_COMM_WORLD_RANK", "5"}};
+  EXPECT_EQ("r5", expand_output_path("r%r", &fake_getenv));
+  g_env["SLURM_PROCID"] = "3";
+  EXPECT_EQ("r3", expand_output_path("r%r", &fake_getenv));
+  g_env["RANK"] = "7";
+  EXPECT_EQ("r7-" + pid, expand_output_path("r%r-%p", &fake_getenv));
 }
 
 }  // namespace

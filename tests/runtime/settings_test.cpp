@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <string>
 
@@ -282,14 +283,73 @@ TEST(ResolveTest, PercentagesAreOfTheDeviceAndOfRam) {
 TEST(ResolveTest, ExplicitValuesPassThrough) {
   const Settings s = read_env({{"TIERRT_DEVICE_BUDGET", "24GiB"}, {"TIERRT_HOST_BUDGET", "100GiB"},
                                {"TIERRT_MIN_BYTES", "4MiB"}, {"TIERRT_SPILL_MODE", "remap"}});
-  // Whatever the machine: an explicit budget is the user's to choose.
+  // Whatever the machine: an explicit budget is the user's to choose, as far
+  // as the device has the memory (a larger one is clamped to the device).
   for (MachineFacts m : {MachineFacts{80 * kGiB, 512 * kGiB}, MachineFacts{16 * kGiB, 64 * kGiB}}) {
     const ResolvedSettings r = resolve(s, m);
-    EXPECT_EQ(24 * kGiB, r.device_budget);
+    EXPECT_EQ(std::min(24 * kGiB, m.device_total), r.device_budget);
     EXPECT_EQ(100 * kGiB, r.host_budget);
     EXPECT_EQ(4 * kMiB, r.min_bytes);
     EXPECT_EQ(alloc::SpillMode::Remap, r.spill_mode);
   }
+}
+
+TEST(ResolveTest, ADeviceBudgetAboveTheDeviceIsClampedToIt) {
+  const MachineFacts m{128 * kMiB, 16 * kGiB};
+  EXPECT_EQ(128 * kMiB, resolve(read_env({{"TIERRT_DEVICE_BUDGET", "99999TiB"}}), m).device_budget);
+  EXPECT_EQ(128 * kMiB, resolve(read_env({{"TIERRT_DEVICE_BUDGET", "129MiB"}}), m).device_budget);
+  EXPECT_EQ(128 * kMiB, resolve(read_env({{"TIERRT_DEVICE_BUDGET", "128MiB"}}), m).device_budget);
+  EXPECT_EQ(64 * kMiB, resolve(read_env({{"TIERRT_DEVICE_BUDGET", "64MiB"}}), m).device_budget);
+  // A device whose size is not known (0) clamps nothing.
+  EXPECT_EQ(1 * kGiB, resolve(read_env({{"TIERRT_DEVICE_BUDGET", "1GiB"}}), {0, 16 * kGiB}).device_budget);
+}
+
+TEST_F(SettingsTest, AZeroBudgetIsRefusedNamingTheVariable) {
+  for (const char* var : {"TIERRT_DEVICE_BUDGET", "TIERRT_HOST_BUDGET"})
+    for (const char* zero : {"0", "0GiB", "0.0MiB"}) expect_refused(var, zero);
+  g_env = {{"TIERRT_DEVICE_BUDGET", "0"}};
+  Settings s;
+  std::string err;
+  ASSERT_FALSE(read(&s, &err));
+  EXPECT_NE(err.find("above zero"), std::string::npos) << err;
+}
+
+TEST_F(SettingsTest, ADashIsStderrForEveryOutput) {
+  for (const char* var : {"TIERRT_STATS", "TIERRT_TRACE", "TIERRT_RECORD"}) {
+    for (const char* err_name : {"-", "stderr", "1"}) {
+      g_env = {{var, err_name}};
+      Settings s;
+      std::string err;
+      ASSERT_TRUE(read(&s, &err)) << err;
+      EXPECT_EQ("-", s.stats + s.trace + s.record) << var << "=" << err_name;
+    }
+    g_env = {{var, "off"}};
+    Settings s;
+    std::string err;
+    ASSERT_TRUE(read(&s, &err)) << err;
+    EXPECT_EQ("", s.stats + s.trace + s.record) << var;
+  }
+}
+
+TEST_F(SettingsTest, TwoOutputsOnOnePathAreRefused) {
+  const char* outputs[] = {"TIERRT_STATS", "TIERRT_TRACE", "TIERRT_RECORD", "TIERRT_LOG_FILE"};
+  for (const char* a : outputs) {
+    for (const char* b : outputs) {
+      if (std::string(a) >= b) continue;
+      g_env = {{a, "/tmp/out.%p"}, {b, "/tmp/./out.%p"}};
+      Settings s;
+      std::string err;
+      EXPECT_FALSE(read(&s, &err)) << a << " " << b;
+      EXPECT_NE(err.find(a), std::string::npos) << err;
+      EXPECT_NE(err.find(b), std::string::npos) << err;
+      EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+    }
+  }
+  // Apart, or both on stderr: accepted.
+  g_env = {{"TIERRT_STATS", "-"}, {"TIERRT_TRACE", "-"}, {"TIERRT_RECORD", "/tmp/r.%p"}, {"TIERRT_LOG_FILE", "/tmp/l"}};
+  Settings s;
+  std::string err;
+  EXPECT_TRUE(read(&s, &err)) << err;
 }
 
 TEST(ResolveTest, ObserveModeNeverMoves) {

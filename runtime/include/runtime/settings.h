@@ -29,9 +29,12 @@ struct Settings {
   Policy policy = Policy::Planner;                       // TIERRT_POLICY: planner | reactive
   tierrt::policy::LinkModel link = tierrt::policy::parse_link("pcie5");  // TIERRT_LINK
   bool virtual_meminfo = false;                          // TIERRT_VIRTUAL_MEMINFO: 0 | 1
-  std::string stats;                                     // TIERRT_STATS: "" off, "-" stderr, else a file
-  std::string trace;                                     // TIERRT_TRACE: Chrome trace JSON file
-  std::string record;                                    // TIERRT_RECORD: event-stream file (trace format)
+  // Outputs: "" off ("0", "off"), "-" stderr ("-", "1", "stderr"), else a
+  // file name in which %p and %r are expanded when it is opened
+  // (config::expand_output_path). No two outputs may name one file.
+  std::string stats;                                     // TIERRT_STATS: the summary at exit
+  std::string trace;                                     // TIERRT_TRACE: Chrome trace JSON
+  std::string record;                                    // TIERRT_RECORD: event stream (trace format)
   LogLevel log_level = LogLevel::Warn;                  // TIERRT_LOG
   std::string log_file;                                  // TIERRT_LOG_FILE ("" is stderr)
   std::uint64_t pointer_scan_bytes = 64ull << 10;        // TIERRT_POINTER_SCAN_BYTES (bytes; 0: no scan)
@@ -66,7 +69,8 @@ struct ResolvedSettings {
 
 // Budgets from percentages and defaults: the device budget defaults to the
 // device's memory less a reserve (1/16 of it, at most 512 MiB), the host
-// budget to half of physical RAM. In observe mode the host budget is one
+// budget to half of physical RAM. A device budget above the device's memory
+// (when known) is clamped to it, with a warning. In observe mode the host budget is one
 // byte: every spill is refused as "host full", the allocator's own stop
 // signal, so blocks are tracked and counted but never moved.
 ResolvedSettings resolve(const Settings& s, const MachineFacts& machine) noexcept;
