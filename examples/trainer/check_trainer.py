@@ -77,7 +77,7 @@ def check_tiered(trainer, tierrt_run, small, large, args):
     tiered = run([tierrt_run, "--", trainer] + args, small, tierrt=True)
     if tiered.returncode != 0:
         fail("the run under tierrt failed")
-    stats = re.search(r"^tierrt: .*?; (\d+) spills .*?, (\d+) fetches ", tiered.stdout, re.M)
+    stats = re.search(r"^tierrt: .*?; (\d+) spills .*?, (\d+) fetches \(.*?, (\d+) on demand\)", tiered.stdout, re.M)
     if not stats:
         fail("tierrt was not running in the trainer")
     if int(stats.group(1)) == 0 or int(stats.group(2)) == 0:
@@ -87,7 +87,7 @@ def check_tiered(trainer, tierrt_run, small, large, args):
     if results(tiered.stdout) != results(ref.stdout):
         fail("losses or weights differ from the reference run")
     print(f"ok: {len(results(ref.stdout)[0])} losses and the weights bit-identical to the reference; "
-          f"{stats.group(1)} spills, {stats.group(2)} fetches")
+          f"{stats.group(1)} spills, {stats.group(2)} fetches ({stats.group(3)} on demand)")
 
 
 def main():

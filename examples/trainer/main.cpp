@@ -60,8 +60,9 @@ int main(int argc, char** argv) {
 
   const Tierrt tierrt;
   if (o.mark_steps && !tierrt.mark_step) std::printf("trainer: mark-steps=1, but tierrt is not loaded\n");
-  std::printf("trainer: %u layers of width %u, batch %u, %u steps, seed %" PRIu64 ", lr %g%s\n", o.layers, o.width,
-              o.batch, o.steps, o.seed, static_cast<double>(o.lr), o.mark_steps ? ", steps marked" : "");
+  std::printf("trainer: %u layers of width %u, batch %u, %u steps, seed %" PRIu64 ", lr %g%s%s\n", o.layers, o.width,
+              o.batch, o.steps, o.seed, static_cast<double>(o.lr), o.mark_steps ? ", steps marked" : "",
+              o.launch_blocking ? ", launches blocking" : "");
   std::fflush(stdout);
 
   CUstream compute = nullptr;
@@ -70,7 +71,7 @@ int main(int argc, char** argv) {
   check(d, d.cuMemAllocHost(reinterpret_cast<void**>(&loss), sizeof(float)), "cuMemAllocHost");
   {
     DeviceMemory memory(d);
-    Mlp model(d, memory, kernels, compute, o.layers, o.width, o.batch, o.seed, o.lr);
+    Mlp model(d, memory, kernels, compute, o.layers, o.width, o.batch, o.seed, o.lr, o.launch_blocking);
     DataLoader loader(d, memory, o.batch, o.width, o.seed);
     loader.issue(1);
     for (unsigned step = 1; step <= o.steps; ++step) {

@@ -19,8 +19,15 @@ std::string layer_name(const char* what, size_t l) { return std::string(what) + 
 }  // namespace
 
 Mlp::Mlp(const Driver& d, DeviceMemory& memory, const Kernels& kernels, CUstream compute, unsigned layers,
-         unsigned width, unsigned batch, uint64_t seed, float lr)
-    : d_(d), memory_(memory), k_(kernels), compute_(compute), width_(width), batch_(batch), lr_(lr) {
+         unsigned width, unsigned batch, uint64_t seed, float lr, bool launch_blocking)
+    : d_(d),
+      memory_(memory),
+      k_(kernels),
+      compute_(compute),
+      width_(width),
+      batch_(batch),
+      lr_(lr),
+      launch_blocking_(launch_blocking) {
   const size_t n = parameter_count();
   std::vector<float> host(n), zeros(n, 0.0f);
   // He-uniform weights, zero biases.
@@ -51,7 +58,7 @@ void Mlp::train_step(unsigned step, Batch batch, float* loss) {
   std::vector<float*> activations{batch.inputs};
   for (size_t l = 0; l < L; ++l) {
     float* out = memory_.allocate(activation, compute_, layer_name("the output", l));
-    launch(d_, k_.linear_forward, compute_, batch_, static_cast<const float*>(activations[l]),
+    run(k_.linear_forward, batch_, static_cast<const float*>(activations[l]),
            static_cast<const float*>(layers_[l].weights), out, width_, width_, l + 1 < L ? 1u : 0u);
     activations.push_back(out);
   }
@@ -61,9 +68,9 @@ void Mlp::train_step(unsigned step, Batch batch, float* loss) {
   float* row_loss = memory_.allocate(batch_, compute_, "the per-row losses");
   float* total = memory_.allocate(1, compute_, "the loss");
   const float count = static_cast<float>(activation);
-  launch(d_, k_.mse_rows, compute_, batch_, static_cast<const float*>(activations[L]),
+  run(k_.mse_rows, batch_, static_cast<const float*>(activations[L]),
          static_cast<const float*>(batch.targets), dz, row_loss, width_, 2.0f / count);
-  launch(d_, k_.scaled_sum, compute_, 1u, static_cast<const float*>(row_loss), total, batch_, 1.0f / count);
+  run(k_.scaled_sum, 1u, static_cast<const float*>(row_loss), total, batch_, 1.0f / count);
   check(d_, d_.cuMemcpyDtoHAsync(loss, dev(total), sizeof(float), compute_), "cuMemcpyDtoHAsync");
   memory_.free(total, compute_);
   memory_.free(row_loss, compute_);
@@ -75,12 +82,12 @@ void Mlp::train_step(unsigned step, Batch batch, float* loss) {
   std::vector<float*> gradients(L);
   for (size_t l = L; l-- > 0;) {
     gradients[l] = memory_.allocate(parameter_count(), compute_, layer_name("the weight gradient", l));
-    launch(d_, k_.linear_backward_weight, compute_, width_ + 1, static_cast<const float*>(activations[l]),
+    run(k_.linear_backward_weight, width_ + 1, static_cast<const float*>(activations[l]),
            static_cast<const float*>(dz), gradients[l], batch_, width_, width_);
     float* dinput = nullptr;
     if (l > 0) {
       dinput = memory_.allocate(activation, compute_, layer_name("the input gradient", l));
-      launch(d_, k_.linear_backward_input, compute_, batch_, static_cast<const float*>(dz),
+      run(k_.linear_backward_input, batch_, static_cast<const float*>(dz),
              static_cast<const float*>(layers_[l].weights), static_cast<const float*>(activations[l]), dinput,
              width_, width_);
     }
@@ -94,7 +101,7 @@ void Mlp::train_step(unsigned step, Batch batch, float* loss) {
   const float step_size = static_cast<float>(lr_ * std::sqrt(1.0 - std::pow(kBeta2, t)) / (1.0 - std::pow(kBeta1, t)));
   const auto n = static_cast<uint32_t>(parameter_count());
   for (size_t l = 0; l < L; ++l) {
-    launch(d_, k_.adam, compute_, n, layers_[l].weights, static_cast<const float*>(gradients[l]),
+    run(k_.adam, n, layers_[l].weights, static_cast<const float*>(gradients[l]),
            layers_[l].first_moment, layers_[l].second_moment, step_size, kBeta1, kBeta2, kEpsilon);
     memory_.free(gradients[l], compute_);
   }

@@ -19,7 +19,7 @@ namespace trainer {
 class Mlp {
  public:
   Mlp(const Driver& d, DeviceMemory& memory, const Kernels& kernels, CUstream compute, unsigned layers,
-      unsigned width, unsigned batch, uint64_t seed, float lr);
+      unsigned width, unsigned batch, uint64_t seed, float lr, bool launch_blocking);
 
   // Enqueues one training step (steps count from 1) on the compute stream:
   // forward, loss, backward, optimizer. Frees the batch. The step's loss is
@@ -38,6 +38,12 @@ class Mlp {
     float* first_moment;
     float* second_moment;
   };
+  // Launches f on the compute stream, and waits for it when launches block.
+  template <typename... Args>
+  void run(CUfunction f, uint32_t count, Args... args) {
+    launch(d_, f, compute_, count, args...);
+    if (launch_blocking_) check(d_, d_.cuStreamSynchronize(compute_), "cuStreamSynchronize");
+  }
   size_t parameter_count() const { return static_cast<size_t>(width_ + 1) * width_; }
 
   const Driver& d_;
@@ -46,6 +52,7 @@ class Mlp {
   CUstream compute_;
   const unsigned width_, batch_;
   const float lr_;
+  const bool launch_blocking_;
   std::vector<Layer> layers_;
 };
 

@@ -22,8 +22,9 @@ constexpr const char* kUsage =
     "  seed=N        seed of the weights and the data (default 1)\n"
     "  lr=X          Adam's learning rate (default 0.001)\n"
     "  mark-steps=1  call tierrt_mark_step after each step when tierrt is loaded (default 0)\n"
+    "  launch-blocking=1  wait for each kernel before going on (default 0: the host runs ahead)\n"
     "  kernel-us=N   on simdev, the modeled time of the cheapest kernel in microseconds; the\n"
-    "                matrix products take twice as long (default 500; 0: as long as they compute)\n";
+    "                matrix products take twice as long (default 1500; 0: as long as they compute)\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
   std::fprintf(stderr, "trainer: %s\n%s", message.c_str(), kUsage);
@@ -70,6 +71,8 @@ Options parse_options(int argc, char** argv) {
       if (value.empty() || *end || !(o.lr > 0.0f)) usage_error("lr=" + value + ": expected a positive number");
     } else if (key == "mark-steps") {
       o.mark_steps = parse_unsigned(key, value, 0, 1) == 1;
+    } else if (key == "launch-blocking") {
+      o.launch_blocking = parse_unsigned(key, value, 0, 1) == 1;
     } else if (key == "kernel-us") {
       o.kernel_us = static_cast<unsigned>(parse_unsigned(key, value, 0, 1000000));
     } else {
