@@ -11,7 +11,8 @@
       weights are bit-identical to a run without tierrt on LARGE bytes.
 
 ARGS go to the trainer. The spill mode, policy and simdev settings come
-from the environment (TIERRT_*, SIMDEV_*, LD_LIBRARY_PATH).
+from the environment (TIERRT_*, SIMDEV_*, LD_LIBRARY_PATH), and in a
+sanitized build the sanitizer's runtime from TRAINER_SANITIZER_PRELOAD.
 """
 import os
 import re
@@ -24,11 +25,13 @@ TIMEOUT_S = 120
 
 def run(cmd, device_bytes, tierrt):
     env = dict(os.environ, SIMDEV_MEM=str(device_bytes))
+    # A sanitized build's runtime goes first in the programs' LD_PRELOAD
+    # (tierrt-run keeps it there), not in this script's own.
+    env.pop("TRAINER_SANITIZER_PRELOAD", None)
+    env["LD_PRELOAD"] = os.environ.get("TRAINER_SANITIZER_PRELOAD", "")
     if not tierrt:
         for name in [n for n in env if n.startswith("TIERRT_")]:
             del env[name]
-        # Sanitizer runtimes may stay at LD_PRELOAD's head; tierrt may not.
-        env["LD_PRELOAD"] = ":".join(p for p in env.get("LD_PRELOAD", "").split(":") if "libtierrt" not in p)
     p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     print(f"$ SIMDEV_MEM={device_bytes} {' '.join(cmd)}\n{p.stdout}{p.stderr}(exit {p.returncode})\n")
     return p
