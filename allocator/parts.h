@@ -71,6 +71,11 @@ struct Allocator::Parts final : Reclaimer {
 
   std::atomic<std::uint64_t> allocs{0}, cache_hits{0}, blocks_made{0}, trimmed{0};
   std::atomic<bool> told_over_budget{false};
+  CaptureProbe capture_probe = nullptr;  // set once before other threads call
+  void* capture_probe_owner = nullptr;
+  bool capture_may_be_open() const noexcept {
+    return capture_probe != nullptr && capture_probe(capture_probe_owner);
+  }
 };
 
 }  // namespace tierrt::alloc

@@ -70,18 +70,30 @@ std::uint64_t Allocator::Parts::trim(std::uint64_t bytes) noexcept {
     sum += blocks.take_cached(bytes - sum, [&](Block* b) { victims.push_back(b); }, l);
     if (!victims.empty()) releasing.emplace(blocks, l);
   }
-  // Work that used them finishes before their memory is unmapped: each
-  // recorded use is waited for (a context synchronize would end any capture
-  // open in the context). One whose uses cannot be waited for now (a use on
-  // a stream that is capturing) goes back to the cache.
+  if (victims.empty()) {
+    trimmed.fetch_add(sum, std::memory_order_relaxed);
+    return sum;
+  }
+  // Work that used them (or ran on the streams that freed them) finishes
+  // before their memory is unmapped. A context synchronize covers it all,
+  // but would end a capture open in the context: then each recorded use is
+  // waited for, and a block whose uses cannot be waited for now (a use on a
+  // capturing stream) goes back to the cache.
+  const bool whole_context = !capture_may_be_open() && TIERRT_CU(cuCtxSynchronize) == CUDA_SUCCESS;
   std::vector<Block*> kept;
   for (Block* b : victims) {
-    if (uses.wait_all(b) != CUDA_SUCCESS) {
+    bool idle = whole_context || uses.wait_all(b) == CUDA_SUCCESS;
+    if (idle) {
+      // Anything recorded on it while the host waited is waited for too.
+      idle = uses.forget(b, /*synchronize=*/!whole_context) == CUDA_SUCCESS;
+      auto l = blocks.lock();
+      idle = idle && b->ops_pending == 0 && b->ready.load() == nullptr;
+    }
+    if (!idle) {
       kept.push_back(b);
       sum -= b->mapped;
       continue;
     }
-    (void)uses.forget(b, /*synchronize=*/false);
     destroy_block(b);
   }
   if (!kept.empty()) {
