@@ -5,8 +5,9 @@
 // operation descriptors.
 #include <cstring>
 #include <map>
-#include <memory>
+#include <optional>
 #include <set>
+#include <unordered_map>
 #include <vector>
 
 #include "fuzz_input.h"
@@ -28,9 +29,16 @@ Unit take_unit(FuzzInput& in) {
 
 class TablesProgram {
  public:
-  explicit TablesProgram(FuzzInput& in) : in_(in), tables_(std::make_unique<PointerTables>()) {}
+  // The tables are large (one static array): built anew in place for each
+  // input rather than mapped and unmapped.
+  explicit TablesProgram(FuzzInput& in) : in_(in) {
+    static std::optional<PointerTables> tables;
+    tables.emplace();
+    tables_ = &*tables;
+  }
 
   void run_step() {
+    ++step_;
     switch (in_.take<std::uint8_t>() % 5) {
       case 0: return write();
       case 1: return copy();
@@ -40,11 +48,16 @@ class TablesProgram {
     }
   }
 
-  void check_all() {
-    std::size_t k = 0;
-    for (const auto& [unit, targets] : least_) {
-      if (least_.size() > 64 && k++ % 8 != 0) continue;
-      check(unit);
+  // Every table while there are few; else a sample, so that a step costs
+  // the same however many tables a fill made.
+  void check_some() {
+    if (least_.size() <= 32) {
+      for (const auto& entry : least_) check(entry.first);
+      return;
+    }
+    for (std::uint64_t i = 0; i < 16; ++i) {
+      const auto it = least_.lower_bound((step_ * 16 + i) * 0x9E3779B97F4A7C15ull);
+      check(it == least_.end() ? least_.begin()->first : it->first);
     }
   }
 
@@ -60,12 +73,11 @@ class TablesProgram {
     const bool every = in_.take<std::uint8_t>() % 16 == 0;
     const CUdeviceptr found_begin = begin + 8, found_end = found_begin + 8 * targets.size();
     tables_->wrote(unit, begin, end, targets, found_begin, found_end, every);
-    if (targets.empty()) {
-      least_.erase(unit);  // may have been overwritten whole
-    } else if (!every) {
-      least_[unit] = std::set<Unit>(targets.begin(), targets.end());
-      if (least_[unit].size() > PointerTables::kTargets) least_.erase(unit);
-    }
+    least_.erase(unit);  // overwritten whole, perhaps
+    if (targets.empty() || every) return;
+    auto& least = least_[unit];
+    for (Unit t : targets) least[t] = step_;
+    if (least.size() > PointerTables::kTargets) least_.erase(unit);
   }
 
   void copy() {
@@ -73,18 +85,18 @@ class TablesProgram {
     const auto begin = in_.take<std::uint16_t>();
     const auto end = begin + in_.take<std::uint16_t>();
     tables_->copied(src, begin, end, dst, in_.take<std::uint16_t>());
-    least_.erase(dst);  // replaced or added to: at least what it held, unless replaced
+    least_.erase(dst);  // replaced, or added to
   }
 
   void forget(Unit unit) {
     tables_->forget(unit);
     least_.erase(unit);
-    for (auto& [u, targets] : least_) targets.erase(unit);
-    // Nothing points to a freed unit, and it has no table.
+    freed_at_[unit] = step_;
+    // It has no table, and no table points to it.
     auto lock = tables_->lock();
     tables_->targets_of(unit, [](Unit) { FUZZ_CHECK(!"a freed unit kept its table"); }, lock);
-    for (const auto& [u, targets] : least_)
-      tables_->targets_of(u, [&](Unit t) { FUZZ_CHECK(t != unit); }, lock);
+    for (auto it = least_.lower_bound(take_unit(in_)); it != least_.end() && it->first % 16 != 0; ++it)
+      tables_->targets_of(it->first, [&](Unit t) { FUZZ_CHECK(t != unit); }, lock);
   }
 
   // Many tables at once: enough to fill the table and lose one.
@@ -95,10 +107,12 @@ class TablesProgram {
     for (unsigned i = 0; i < n; ++i) {
       const Unit unit = base + 0x1000 * (i + 1);
       tables_->wrote(unit, 0, 64, {&target, 1}, 8, 16, false);
-      least_[unit] = {target};
+      least_[unit] = {{target, step_}};  // an older table may have been overwritten whole
     }
   }
 
+  // A table holds at least each target written to it since that target was
+  // last freed (unless it now points to every block, or a table was lost).
   void check(Unit unit) {
     std::set<Unit> seen;
     auto lock = tables_->lock();
@@ -106,12 +120,17 @@ class TablesProgram {
     FUZZ_CHECK(seen.size() <= PointerTables::kTargets);
     const auto it = least_.find(unit);
     if (!known || it == least_.end()) return;
-    for (Unit t : it->second) FUZZ_CHECK(seen.count(t) == 1);
+    for (const auto& [target, written] : it->second) {
+      const auto freed = freed_at_.find(target);
+      if (freed == freed_at_.end() || freed->second < written) FUZZ_CHECK(seen.count(target) == 1);
+    }
   }
 
   FuzzInput& in_;
-  std::unique_ptr<PointerTables> tables_;
-  std::map<Unit, std::set<Unit>> least_;  // what each table must still hold
+  PointerTables* tables_ = nullptr;
+  std::uint64_t step_ = 0;
+  std::map<Unit, std::map<Unit, std::uint64_t>> least_;  // unit -> target -> step it was written
+  std::unordered_map<Unit, std::uint64_t> freed_at_;     // unit -> step it was last freed
 };
 
 CUmemorytype take_memory_type(FuzzInput& in) { return static_cast<CUmemorytype>(in.take<std::uint8_t>() % 6); }
@@ -169,9 +188,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   TablesProgram program(in);
-  while (!in.empty()) {
+  // Bounded: a free scans every table, and a fill makes a thousand.
+  for (int step = 0; step < 64 && !in.empty(); ++step) {
     program.run_step();
-    program.check_all();
+    program.check_some();
   }
   return 0;
 }
