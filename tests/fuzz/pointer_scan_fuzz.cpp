@@ -43,7 +43,7 @@ class TablesProgram {
       case 0: return write();
       case 1: return copy();
       case 2: return forget(take_unit(in_));
-      case 3: return fill();
+      case 3: return filled_ ? check(take_unit(in_)) : fill();
       default: return check(take_unit(in_));
     }
   }
@@ -99,15 +99,23 @@ class TablesProgram {
       tables_->targets_of(it->first, [&](Unit t) { FUZZ_CHECK(t != unit); }, lock);
   }
 
-  // Many tables at once: enough to fill the table and lose one.
+  // Many tables at once: enough to fill the table and lose one. Checked
+  // here, on a sample: the model of every table would cost more than them.
   void fill() {
+    filled_ = true;  // once per input: a fill costs a thousand writes
     const Unit base = take_unit(in_);
     const unsigned n = in_.take<std::uint16_t>() % (PointerTables::kMaxTables + 64);
     const Unit target = take_unit(in_);
-    for (unsigned i = 0; i < n; ++i) {
-      const Unit unit = base + 0x1000 * (i + 1);
-      tables_->wrote(unit, 0, 64, {&target, 1}, 8, 16, false);
-      least_[unit] = {{target, step_}};  // an older table may have been overwritten whole
+    auto unit_at = [&](unsigned i) { return base + 0x1000 * (Unit{i} + 1); };
+    for (unsigned i = 0; i < n; ++i) tables_->wrote(unit_at(i), 0, 64, {&target, 1}, 8, 16, false);
+    std::erase_if(least_, [&](const auto& entry) {
+      const Unit u = entry.first;
+      return u > base && (u - base) % 0x1000 == 0 && (u - base) / 0x1000 <= n;
+    });
+    auto lock = tables_->lock();
+    for (unsigned i = 0; i < n; i += 1 + n / 16) {
+      bool found = false;
+      if (tables_->targets_of(unit_at(i), [&](Unit t) { found |= t == target; }, lock)) FUZZ_CHECK(found);
     }
   }
 
@@ -129,6 +137,7 @@ class TablesProgram {
   FuzzInput& in_;
   PointerTables* tables_ = nullptr;
   std::uint64_t step_ = 0;
+  bool filled_ = false;
   std::map<Unit, std::map<Unit, std::uint64_t>> least_;  // unit -> target -> step it was written
   std::unordered_map<Unit, std::uint64_t> freed_at_;     // unit -> step it was last freed
 };
