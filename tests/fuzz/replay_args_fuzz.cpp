@@ -26,7 +26,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const int budget_modes = (a.budget.bytes ? 1 : 0) + (a.budget.offload_all ? 1 : 0);
     FUZZ_CHECK(budget_modes <= 1);
     FUZZ_CHECK(a.budget.offload_fraction >= 0 && a.budget.offload_fraction <= 1);
-    FUZZ_CHECK(a.link.h2d_bytes_per_s > 0 && a.link.d2h_bytes_per_s > 0);
+    // Rates from 1 MB/s to 1 PB/s: beyond, the step model's times are 0 or infinite.
+    FUZZ_CHECK(a.link.h2d_bytes_per_s >= 1e6 && a.link.h2d_bytes_per_s <= 1e15);
+    FUZZ_CHECK(a.link.d2h_bytes_per_s >= 1e6 && a.link.d2h_bytes_per_s <= 1e15);
     if (a.synth) FUZZ_CHECK(a.synth->shape.seq >= 16 && a.synth->steps >= 1);
   } catch (const tierrt::replay::ArgError& e) {
     const std::string m = e.what();

@@ -29,10 +29,10 @@ std::string tool() {
   return p ? p : "";
 }
 
-// Bounded: a reader that never ends shows up as status 124.
-Result replay(const std::string& path) {
+// Bounded: a run that never ends shows up as status 124.
+Result run(const std::string& args) {
   Result r;
-  FILE* f = ::popen(("timeout 20 " + tool() + " replay --trace '" + path + "' 2>&1").c_str(), "r");
+  FILE* f = ::popen(("timeout 20 " + tool() + " " + args + " 2>&1").c_str(), "r");
   if (!f) return r;
   std::array<char, 4096> buf;
   while (std::fgets(buf.data(), buf.size(), f)) r.out += buf.data();
@@ -40,6 +40,8 @@ Result replay(const std::string& path) {
   r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
   return r;
 }
+
+Result replay(const std::string& path) { return run("replay --trace '" + path + "'"); }
 
 class ReplayHostileFiles : public ::testing::Test {
  protected:
@@ -161,6 +163,17 @@ TEST_F(ReplayHostileFiles, ZeroCopyRateIsRefused) {
 TEST_F(ReplayHostileFiles, FreeOfAnUnknownBlockIsRefused) {
   expect_refused("free.trace", {Event::alloc(0x10, 4096), Event::free(0x10), Event::free(0x10)},
                  "invalid trace: record 2 (offset 80): free of unknown block 0x10");
+}
+
+// Not a file, but the same kind of input: a link rate whose moves take no time
+// or forever used to make the step model run without end.
+TEST_F(ReplayHostileFiles, ExtremeLinkRatesAreRefusedNotAHang) {
+  for (const char* link : {"1e300,80", "100,1e-300", "0.0001,80", "100,2000000"}) {
+    const Result r = run(std::string("replay --model llama3.1-8b --seq 1024 --steps 2 --link ") + link);
+    EXPECT_EQ(r.status, 2) << link << ": " << r.out;
+    EXPECT_EQ(r.out, std::string("tierrt-replay: --link: bad link '") + link +
+                         "': expected pcie5, c2c or H2D,D2H in GB/s, each from 0.001 to 1000000 (e.g. 100,80)\n");
+  }
 }
 
 }  // namespace
