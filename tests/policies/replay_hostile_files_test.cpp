@@ -176,4 +176,15 @@ TEST_F(ReplayHostileFiles, ExtremeLinkRatesAreRefusedNotAHang) {
   }
 }
 
+// A newline in what the user typed is written escaped: the error stays one line.
+TEST_F(ReplayHostileFiles, ControlCharactersInArgumentsAndPathsAreEscaped) {
+  Result r = run("replay --model \"$(printf 'gpt\\n9')\"");
+  EXPECT_EQ(r.status, 2) << r.out;
+  EXPECT_EQ(r.out, "tierrt-replay: unknown model 'gpt\\x0a9': expected llama3.1-8b, llama3.1-70b, llama3.1-405b or "
+                   "deepseek-v3\n");
+  r = run("replay --trace \"$(printf 'no\\tsuch\\nfile')\"");
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.out, "tierrt-replay: no\\x09such\\x0afile: cannot open for reading\n");
+}
+
 }  // namespace
