@@ -33,7 +33,18 @@ std::string refusal(std::string_view variable, std::string_view value, std::stri
   std::string r = "tierrt: ";
   r += variable;
   r += "=\"";
-  r += value;
+  // Control characters escaped: the refusal stays one line whatever the value holds.
+  for (const char c : value) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u >= 0x20 && u != 0x7f) {
+      r += c;
+    } else {
+      static constexpr char kHex[] = "0123456789abcdef";
+      r += "\\x";
+      r += kHex[u >> 4];
+      r += kHex[u & 15];
+    }
+  }
   r += "\" is not accepted; expected ";
   r += accepted;
   return r;

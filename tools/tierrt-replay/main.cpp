@@ -12,6 +12,7 @@
 #include "replay_args.hpp"
 #include "replay_report.hpp"
 #include "residency_svg.hpp"
+#include "text_format.hpp"
 
 namespace {
 
@@ -123,7 +124,7 @@ int main(int argc, char** argv) {
     std::cerr << "tierrt-replay: " << e.what() << "\n";
     return 2;
   } catch (const std::exception& e) {
-    std::cerr << "tierrt-replay: " << e.what() << "\n";
+    std::cerr << "tierrt-replay: " << replay::one_line(e.what()) << "\n";
     return 1;
   }
   return 0;

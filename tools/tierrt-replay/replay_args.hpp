@@ -10,12 +10,14 @@
 #include "policies/eval/policy_comparison.hpp"
 #include "policies/eval/transformer_synth.hpp"
 #include "policies/link_model.hpp"
+#include "text_format.hpp"
 
 namespace tierrt::replay {
 
+// One line whatever the arguments hold (see one_line).
 class ArgError : public std::runtime_error {
  public:
-  using std::runtime_error::runtime_error;
+  explicit ArgError(const std::string& what) : std::runtime_error(one_line(what)) {}
 };
 
 enum class Command { Help, Synth, Replay, Shipped };
