@@ -142,6 +142,13 @@ CUresult UseTracker::record(std::span<Block* const> blocks, CUstream s) noexcept
 }
 
 CUresult UseTracker::mark_unrecorded(std::span<Block* const> blocks, CUstream s) noexcept {
+  // A use on this thread's per-thread default stream: no other thread can
+  // ask that stream whether the use is over, so this thread waits for it
+  // now, unless the stream is capturing (nothing of it runs yet).
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  if (drv::is_per_thread_stream_key(s) && TIERRT_CU(cuStreamIsCapturing, s, &cs) == CUDA_SUCCESS &&
+      cs == CU_STREAM_CAPTURE_STATUS_NONE && TIERRT_CU(cuStreamSynchronize, s) == CUDA_SUCCESS)
+    return CUDA_SUCCESS;
   CUresult r = CUDA_SUCCESS;
   for (Block* b : blocks) {
     UseSlot displaced;
@@ -190,6 +197,9 @@ CUresult UseTracker::wait_host(const UseSlot& u) noexcept {
   // A failed wait on the event is asked again before anything wider.
   for (int attempt = 0; attempt < 2 && !unrecorded(u.ev); ++attempt)
     if (TIERRT_CU(cuEventSynchronize, u.ev->ev) == CUDA_SUCCESS) return CUDA_SUCCESS;
+  // Another thread's per-thread default stream cannot be named here: only
+  // the context can be waited for.
+  if (drv::is_foreign_stream_key(u.stream)) return TIERRT_CU(cuCtxSynchronize);
   // Synchronizing a stream that captures would end its capture: only one
   // that says it does not is waited for.
   CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
@@ -201,7 +211,8 @@ CUresult UseTracker::wait_host(const UseSlot& u) noexcept {
 }
 
 bool UseTracker::completed(const UseSlot& u) noexcept {
-  if (unrecorded(u.ev)) return TIERRT_CU(cuStreamQuery, u.stream) == CUDA_SUCCESS;
+  if (unrecorded(u.ev))
+    return !drv::is_foreign_stream_key(u.stream) && TIERRT_CU(cuStreamQuery, u.stream) == CUDA_SUCCESS;
   return TIERRT_CU(cuEventQuery, u.ev->ev) == CUDA_SUCCESS;
 }
 

@@ -4,9 +4,6 @@ namespace tierrt {
 
 namespace {
 
-std::atomic<std::uint64_t> g_threads{0};
-thread_local CUstream tl_key = nullptr;
-
 std::uint32_t slot_of(CUstream s) noexcept {
   const auto v = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(s));
   return static_cast<std::uint32_t>((v * 0x9E3779B97F4A7C15ull) >> 40);
@@ -14,10 +11,7 @@ std::uint32_t slot_of(CUstream s) noexcept {
 
 }  // namespace
 
-CUstream StreamIds::this_thread_key() noexcept {
-  if (tl_key == nullptr) tl_key = drv::per_thread_stream_key(g_threads.fetch_add(1, std::memory_order_relaxed) + 1);
-  return tl_key;
-}
+CUstream StreamIds::this_thread_key() noexcept { return drv::this_thread_stream_key(); }
 
 policy::StreamId StreamIds::find_or_add(CUstream s) noexcept {
   std::uint32_t h = slot_of(s);

@@ -6,6 +6,7 @@
 // slabs go back to the device.
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <initializer_list>
 #include <map>
 #include <mutex>
@@ -13,6 +14,7 @@
 #include <thread>
 
 #include "driver/driver.h"
+#include "driver/stream_key.h"
 #include "tests/allocator/sim_support.h"
 
 namespace tierrt::alloc::testing {
@@ -258,6 +260,44 @@ TEST_P(UnrecordedUse, MakesASpillWaitForTheStream) {
   CU_OK(read(*a, b, &got, st.writer));
   EXPECT_EQ(got, expected(n, 32));
   CU_OK(a->free(x, st.reader));
+}
+
+// The same on a thread's per-thread default stream, spilled from another
+// thread: there CU_STREAM_PER_THREAD names the spilling thread's own
+// (idle) stream, so only the thread that used the block can wait for it.
+TEST_P(UnrecordedUse, OnAnotherThreadsDefaultStreamMakesASpillWaitForIt) {
+  auto a = make(GetParam());
+  const Kernels& k = Env::get().k;
+  constexpr std::size_t n = 4 * MiB;
+  CUdeviceptr x = 0;
+  CU_OK(a->allocate(&x, n, CU_STREAM_LEGACY));
+  CU_OK(fill_ptr(*a, x, n, CU_STREAM_LEGACY, 41));
+  CU_OK(cuCtxSynchronize());
+  // The kernel finishes a while after its launch, whoever waits for it.
+  late_gate() = false;
+  std::thread opener([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    late_gate() = true;
+  });
+  std::thread user([&] {
+    Env::get().bind();
+    const CUstream mine = drv::this_thread_stream_key();
+    ASSERT_EQ(simdev_inject_fault("cuEventRecord", 1, 0), 0);
+    EXPECT_NE(use_ptrs(*a, {x}, mine, [&] { return launch3(k.fill_late, CU_STREAM_PER_THREAD, x, n, 42); }),
+              CUDA_SUCCESS);
+    simdev_clear_faults();
+  });
+  user.join();
+  Block* b = a->lookup(x);
+  EXPECT_EQ(a->spill(b), SpillResult::Started);
+  a->drain();
+  EXPECT_EQ(b->st(), State::Spilled);
+  std::vector<std::uint8_t> got;
+  Streams st;
+  CU_OK(read(*a, b, &got, st.writer));
+  EXPECT_EQ(got, expected(n, 42));
+  opener.join();
+  CU_OK(a->free(x, CU_STREAM_LEGACY));
 }
 
 // Three streams, eight sizes from 4 KiB to 512 KiB, each allocated, used and

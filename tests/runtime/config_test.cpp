@@ -79,9 +79,9 @@ TEST(OutputPath, PidRankAndPercent) {
   // The rank: RANK, else SLURM_PROCID, else OMPI_COMM_WORLD_RANK.
   g_env = {{"OMPI_COMM_WORLD_RANK", "5"}};
   EXPECT_EQ("r5", expand_output_path("r%r", &fake_getenv));
-  g_env["SLURM_PROCID"] = "3";
+  g_env.emplace("SLURM_PROCID", "3");
   EXPECT_EQ("r3", expand_output_path("r%r", &fake_getenv));
-  g_env["RANK"] = "7";
+  g_env.emplace("RANK", "7");
   EXPECT_EQ("r7-" + pid, expand_output_path("r%r-%p", &fake_getenv));
 }
 

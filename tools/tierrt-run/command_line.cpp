@@ -149,8 +149,12 @@ std::string usage() {
       "already in the environment are kept unless an option overrides them.\n\n"
       "Options:\n";
   for (const Option& o : kOptions) {
-    std::string head = "  " + std::string(o.name);
-    if (*o.metavar) head += (o.metavar[0] == '=' ? "" : " ") + std::string(o.metavar);
+    std::string head = "  ";
+    head += o.name;
+    if (*o.metavar) {
+      if (o.metavar[0] != '=') head += ' ';
+      head += o.metavar;
+    }
     head.resize(std::max<std::size_t>(head.size() + 1, 26), ' ');
     u += head + o.help + "\n";
   }

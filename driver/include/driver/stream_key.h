@@ -11,6 +11,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 
 namespace tierrt::drv {
@@ -23,6 +24,23 @@ inline CUstream per_thread_stream_key(std::uint64_t n) noexcept {
 }
 inline bool is_per_thread_stream_key(CUstream s) noexcept {
   return (reinterpret_cast<std::uintptr_t>(s) & kPerThreadKeyMask) == kPerThreadKeyTag;
+}
+
+namespace detail {
+inline std::atomic<std::uint64_t> threads_keyed{0};
+inline thread_local CUstream this_thread_key = nullptr;
+}  // namespace detail
+
+// The calling thread's key, made on first use.
+inline CUstream this_thread_stream_key() noexcept {
+  if (detail::this_thread_key == nullptr)
+    detail::this_thread_key = per_thread_stream_key(detail::threads_keyed.fetch_add(1, std::memory_order_relaxed) + 1);
+  return detail::this_thread_key;
+}
+// Another thread's per-thread default stream: the calling thread cannot
+// name it to the driver (CU_STREAM_PER_THREAD would mean its own).
+inline bool is_foreign_stream_key(CUstream s) noexcept {
+  return is_per_thread_stream_key(s) && s != this_thread_stream_key();
 }
 // What the driver is given for a stream tierrt names by `s`.
 inline CUstream driver_stream(CUstream s) noexcept {
