@@ -6,6 +6,7 @@
 #include <simdev/simdev.h>
 
 #include <atomic>
+#include <chrono>
 #include <barrier>
 #include <condition_variable>
 #include <mutex>
@@ -238,6 +239,43 @@ TEST_P(Budget, RescueWaitsForAFetchInProgressOnAnotherThread) {
   CU_OK(read(*a, y, &got_y));
   EXPECT_TRUE(got_y == expected(16 * MiB, 7));
   CU_OK(a->free(y->va, nullptr));
+}
+
+// The only block that could make room cannot move now (a stream that used
+// it is capturing, so its spill is given up): the allocation goes over the
+// budget at once. A given-up spill frees nothing, so it must not count as
+// the change a waiting rescue looks for, or the rescue tries it forever.
+TEST_P(Budget, ASpillGivenUpIsNoReasonToTryAgain) {
+  Options o;
+  o.device_budget = 8 * MiB;
+  auto a = make(GetParam(), o);
+  CUstream s = nullptr;
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  Block* x = alloc(*a, 6 * MiB);
+  ASSERT_NE(x, nullptr);
+  ASSERT_EQ(fill(*a, x, s, 51), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+  std::atomic<bool> done{false};
+  CUdeviceptr y = 0;
+  std::thread t([&] {
+    Env::get().bind();
+    EXPECT_EQ(a->allocate(&y, 6 * MiB, nullptr), CUDA_SUCCESS);
+    done = true;
+  });
+  for (int ms = 0; ms < 5000 && !done.load(); ++ms) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  const bool finished = done.load();
+  CUgraph g = nullptr;
+  ASSERT_EQ(cuStreamEndCapture(s, &g), CUDA_SUCCESS);  // lets a spinning rescue through
+  t.join();
+  EXPECT_TRUE(finished) << "the allocation kept retrying the spill it could not make";
+  EXPECT_EQ(x->st(), State::Resident);
+  EXPECT_EQ(a->free(y, nullptr), CUDA_SUCCESS);
+  EXPECT_EQ(a->free(x->va, nullptr), CUDA_SUCCESS);
+  if (g != nullptr) {
+    EXPECT_EQ(cuGraphDestroy(g), CUDA_SUCCESS);
+  }
+  EXPECT_EQ(cuStreamDestroy(s), CUDA_SUCCESS);
 }
 
 INSTANTIATE_TEST_SUITE_P(Allocator, Budget, ::testing::Values(SpillMode::Remap, SpillMode::Copy),
