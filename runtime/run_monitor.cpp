@@ -156,7 +156,7 @@ void RunMonitor::tick() noexcept {
   std::lock_guard lock(mu_);
   // Steps the planner found, when the application marks none.
   if (!marked_ && now.steps_detected > step_start_.steps_detected)
-    close_step(now, now.steps_detected - 1);
+    close_step(now, now.steps_detected - 1, now.steps_detected - step_start_.steps_detected);
   if (now.ns >= next_point_ns_) add_point(now);
 }
 
@@ -169,11 +169,12 @@ void RunMonitor::step_marked() noexcept {
     steps_dropped_ = steps_closed_ = 0;
     step_start_ = run_start_;
   }
-  close_step(now, steps_closed_);
+  close_step(now, steps_closed_, 1);
 }
 
-void RunMonitor::close_step(const RunCounters& now, std::uint64_t index) noexcept {
+void RunMonitor::close_step(const RunCounters& now, std::uint64_t index, std::uint64_t steps) noexcept {
   steps_.push_back(row_between(step_start_, now, index));
+  steps_.back().steps = steps;
   if (steps_.size() > kMaxSteps) {
     steps_.pop_front();
     ++steps_dropped_;

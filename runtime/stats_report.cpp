@@ -119,7 +119,10 @@ void write_text(FILE* f, const Report& r) {
     char hit[16];
     if (h < 0) std::snprintf(hit, sizeof hit, "n/a");
     else std::snprintf(hit, sizeof hit, "%.1f%%", h);
-    std::fprintf(f, "    %6llu %10.3f %10.3f %12.2f %12.2f %7llu %9llu %9s\n", ull(row.index), ms(row.ns),
+    char step[48];
+    if (row.steps > 1) std::snprintf(step, sizeof step, "%llu-%llu", ull(row.index + 1 - row.steps), ull(row.index));
+    else std::snprintf(step, sizeof step, "%llu", ull(row.index));
+    std::fprintf(f, "    %6s %10.3f %10.3f %12.2f %12.2f %7llu %9llu %9s\n", step, ms(row.ns),
                  ms(row.stall_ns), mib(row.bytes_spilled), mib(row.bytes_fetched), ull(row.demand_fetches),
                  ull(row.planned_prefetches), hit);
   }
@@ -174,10 +177,10 @@ void write_json(FILE* f, const Report& r) {
   std::fprintf(f, "\n  ],\n  \"steps_dropped\": %llu,\n  \"steps\": [", ull(r.run.steps_dropped));
   sep = "";
   for (const StepRow& row : r.run.steps) {
-    std::fprintf(f, "%s\n    {\"step\": %llu, \"start_ns\": %llu, \"ns\": %llu, \"stall_ns\": %llu, "
+    std::fprintf(f, "%s\n    {\"step\": %llu, \"steps_covered\": %llu, \"start_ns\": %llu, \"ns\": %llu, \"stall_ns\": %llu, "
                  "\"bytes_spilled\": %llu, \"bytes_fetched\": %llu, \"demand_fetches\": %llu, "
                  "\"planned_prefetches\": %llu, \"late_prefetches\": %llu, \"prefetch_hit_rate\": %s}",
-                 sep, ull(row.index), ull(row.start_ns), ull(row.ns), ull(row.stall_ns), ull(row.bytes_spilled),
+                 sep, ull(row.index), ull(row.steps), ull(row.start_ns), ull(row.ns), ull(row.stall_ns), ull(row.bytes_spilled),
                  ull(row.bytes_fetched), ull(row.demand_fetches), ull(row.planned_prefetches),
                  ull(row.late_prefetches), json_rate(hit_rate(row.planned_prefetches, row.late_prefetches)).c_str());
     sep = ",";

@@ -29,6 +29,7 @@ struct RunCounters {
 // One step, from one boundary to the next.
 struct StepRow {
   std::uint64_t index = 0;  // of the step's end: steps marked or found so far, less one
+  std::uint64_t steps = 1;  // steps the row covers: the planner may find several at once
   std::uint64_t start_ns = 0, ns = 0;
   std::uint64_t stall_ns = 0;  // launches waited this long for prefetches still under way
   std::uint64_t bytes_spilled = 0, bytes_fetched = 0;
@@ -79,7 +80,7 @@ class RunMonitor {
   RunCounters read_now() noexcept;
   void run() noexcept;
   void tick() noexcept;
-  void close_step(const RunCounters& now, std::uint64_t index) noexcept;  // under mu_
+  void close_step(const RunCounters& now, std::uint64_t index, std::uint64_t steps) noexcept;  // under mu_
   void add_point(const RunCounters& now) noexcept;                        // under mu_
   void on_signal(int signo) noexcept;
   static void handler(int signo, siginfo_t* info, void* uctx) noexcept;
