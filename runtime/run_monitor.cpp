@@ -213,6 +213,12 @@ void RunMonitor::add_point(const RunCounters& now) noexcept {
   next_point_ns_ = now.ns + period_ns_;
 }
 
+void RunMonitor::sample_now() noexcept {
+  const RunCounters now = read_now();
+  std::lock_guard lock(mu_);
+  add_point(now);
+}
+
 RunMonitor::Snapshot RunMonitor::snapshot() {
   const RunCounters now = read_now();
   Snapshot s;

@@ -73,6 +73,8 @@ class RunMonitor {
     std::uint32_t downsamplings = 0;
     std::uint64_t device_budget = 0;
   };
+  // Takes a point of the timeline now, as the sampler does at its period.
+  void sample_now() noexcept;
   // As of now: the counters are read once more for a last point.
   Snapshot snapshot();
 
