@@ -33,12 +33,10 @@ void write_sample(FILE* f, int pid, const ResidencySample& s, std::uint64_t budg
   const double us = static_cast<double>(s.ns) / 1e3;
   const auto kind = static_cast<SampleKind>(s.kind);
   if (s.device_used != kNoCounter) {
-    std::fprintf(f, ",\n{\"ph\":\"C\",\"pid\":%d,\"name\":\"device (MiB)\",\"ts\":%.3f,\"args\":{\"in use\":%.3f}}",
-                 pid, us, to_mib(s.device_used));
-    std::fprintf(f, ",\n{\"ph\":\"C\",\"pid\":%d,\"name\":\"host tier (MiB)\",\"ts\":%.3f,\"args\":{\"in use\":%.3f}}",
-                 pid, us, to_mib(s.host_used));
-    std::fprintf(f, ",\n{\"ph\":\"C\",\"pid\":%d,\"name\":\"device budget (MiB)\",\"ts\":%.3f,\"args\":{\"budget\":%.3f}}",
-                 pid, us, to_mib(budget));
+    // One counter event: Perfetto draws each of its values as a track of its own.
+    std::fprintf(f, ",\n{\"ph\":\"C\",\"pid\":%d,\"name\":\"memory (MiB)\",\"ts\":%.3f,"
+                 "\"args\":{\"device\":%.3f,\"host\":%.3f,\"budget\":%.3f}}",
+                 pid, us, to_mib(s.device_used), to_mib(s.host_used), to_mib(budget));
   }
   switch (kind) {
     case SampleKind::Alloc:

@@ -82,7 +82,7 @@ void write_text(FILE* f, const Report& r) {
   std::fprintf(f, "  spilled                 %10llu blocks, %.1f MiB (%llu more started, then used again in time; "
                "%llu failed)\n", ull(s.spills_done), mib(t.bytes_spilled), ull(t.spills_aborted), ull(t.spills_failed));
   std::fprintf(f, "  fetched back            %10llu blocks, %.1f MiB (%llu on demand; %llu failed); %.1f MiB freed "
-               "while spilled, %.1f MiB still spilled\n", ull(t.fetches), mib(t.bytes_fetched), ull(t.demand_fetches),
+               "while on the host, %.1f MiB on the host now\n", ull(t.fetches), mib(t.bytes_fetched), ull(t.demand_fetches),
                ull(t.fetches_failed), mib(r.freed_spilled), mib(spilled_now));
   const double rate = hit_rate(t.planned_prefetches, t.late_fetches);
   if (rate < 0)
@@ -112,8 +112,8 @@ void write_text(FILE* f, const Report& r) {
                r.run.steps_dropped ? (", the " + std::to_string(r.run.steps_dropped) + " before them dropped").c_str()
                                    : "");
   if (r.run.steps.empty()) return;
-  std::fprintf(f, "    %6s %10s %10s %12s %12s %7s %9s %9s\n", "step", "time ms", "stall ms", "spilled MiB",
-               "fetched MiB", "demand", "planned", "hit rate");
+  std::fprintf(f, "    %6s %10s %10s %12s %12s %7s %9s %9s\n", "step", "time ms", "stall ms", "to host MiB",
+               "to dev MiB", "demand", "planned", "hit rate");
   for (const StepRow& row : r.run.steps) {
     const double h = hit_rate(row.planned_prefetches, row.late_prefetches);
     char hit[16];

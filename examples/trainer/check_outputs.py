@@ -159,8 +159,8 @@ def check_trace(path, pid, demand_fetches):
             fail(f"the trace has no track '{name}'")
     if not [n for n in tracks if n.startswith("stream ")]:
         fail("the trace has no stream track")
-    counters = {e["name"] for e in events if e.get("ph") == "C"}
-    for name in ["device (MiB)", "host tier (MiB)", "device budget (MiB)"]:
+    counters = {name for e in events if e.get("ph") == "C" for name in e["args"]}
+    for name in ["device", "host", "budget"]:
         if name not in counters:
             fail(f"the trace has no counter '{name}'")
     for name, track in [("spill", "copy engine D2H (spills)"), ("fetch", "copy engine H2D (fetches)")]:
