@@ -16,6 +16,8 @@
 #include <string>
 #include <thread>
 
+#include "runtime/log.h"
+#include "runtime/recorder.h"
 #include "runtime/timeline_svg.h"
 
 namespace tierrt {
@@ -123,6 +125,22 @@ TEST(TimelineSvg, SmallRunsReadInUnitsThatTellTicksApart) {
   EXPECT_NE(std::string::npos, text.str().find(">2 MiB<")) << text.str();
   EXPECT_NE(std::string::npos, text.str().find("id=\"spills\"")) << text.str();
   std::remove(path.c_str());
+}
+
+TEST(Recorder, SaysOnceThatTheTraceIsFull) {
+  log::configure(LogLevel::Warn, nullptr);
+  Recorder r("", ::testing::TempDir() + "full_trace.json");
+  ASSERT_TRUE(r.samples_on());
+  ::testing::internal::CaptureStderr();
+  r.say_if_full();
+  EXPECT_EQ("", ::testing::internal::GetCapturedStderr()) << "nothing to say before the trace is full";
+  for (int i = 0; i <= (1 << 20); ++i) r.mark(SampleKind::Spill, 1000, 4096);
+  ::testing::internal::CaptureStderr();
+  r.say_if_full();
+  r.say_if_full();
+  const std::string said = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(std::string::npos, said.find("TIERRT_TRACE is full")) << said;
+  EXPECT_EQ(said.find("TIERRT_TRACE is full"), said.rfind("TIERRT_TRACE is full")) << "said more than once: " << said;
 }
 
 }  // namespace
