@@ -92,13 +92,16 @@ void RunMonitor::install_handlers() noexcept {
   g_owner.store(getpid());
   g_signal_fd.store(pipe_[1]);
   for (int s : kSignals) {
-    struct sigaction ours {};
-    ours.sa_sigaction = &RunMonitor::handler;
-    ours.sa_flags = SA_SIGINFO | SA_RESTART;
-    sigemptyset(&ours.sa_mask);
     struct sigaction& before = g_previous[slot_of(s)];
     if (sigaction(s, nullptr, &before) != 0 || (!(before.sa_flags & SA_SIGINFO) && before.sa_handler == SIG_IGN))
       continue;
+    // The application's handler runs inside ours: with its mask, and its
+    // choice of restarting interrupted calls. Without one, calls restart:
+    // the job goes on until the outputs are written.
+    struct sigaction ours {};
+    ours.sa_sigaction = &RunMonitor::handler;
+    ours.sa_flags = SA_SIGINFO | (is_function(before) ? before.sa_flags & SA_RESTART : SA_RESTART);
+    ours.sa_mask = before.sa_mask;
     sigaction(s, &ours, nullptr);
   }
 }
