@@ -93,12 +93,14 @@ Engine::Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext
   alloc_->set_observer(feedback_.get());
   captures_.on_hold(&Engine::hold_for_discovered_capture, this);
   alloc_->on_capture_probe([](void* e) { return static_cast<Engine*>(e)->captures_.any_open(); }, this);
+  start_monitor();
 }
 
 // The process's running engine is never destroyed; one from create() is.
 // The planner's thread acts through the allocator, and the allocator's mover
 // reports to feedback_ and policy_: stop the first, then the allocator.
 Engine::~Engine() {
+  monitor_.reset();
   if (policy_) policy_->stop();
   alloc_.reset();
 }
@@ -184,9 +186,7 @@ void Engine::after_fork_in_child() noexcept {
 
 void Engine::at_exit() noexcept {
   Engine* e = active();
-  if (!e) return;
-  write_stats_report(*e);
-  if (e->recorder_) e->recorder_->write();
+  if (e) e->write_outputs();
 }
 
 void Engine::sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes) noexcept {
@@ -204,6 +204,7 @@ void Engine::note_step() noexcept {
   const std::uint64_t index = steps_.fetch_add(1, std::memory_order_relaxed);
   emit(policy::Event::step(index));
   sample(SampleKind::Step, index, 0);
+  if (monitor_) monitor_->step_marked();
 }
 
 void Engine::note_phase(int phase) noexcept {
@@ -260,12 +261,14 @@ bool Engine::free_tracked(CUdeviceptr ptr, CUstream app_stream, CUresult* result
   }
   alloc::Block* b = alloc_->lookup(ptr);
   const size_t size = b && b->va == ptr ? b->size : 0;
+  const bool spilled = size && b->st() == alloc::State::Spilled;
   // Before the free: once freed, the block may be handed out again.
   pointers_.forget(b ? unit_of(b) : ptr);
   records_.remove(ptr);
   *result = alloc_->free(ptr, stream);
   if (*result == CUDA_SUCCESS && size) {
     add_live(-static_cast<std::int64_t>(size));
+    if (spilled) freed_spilled_bytes_.fetch_add(size, std::memory_order_relaxed);
     if (listening()) emit(policy::Event::free(ptr, streams_.id(stream)));
     sample(SampleKind::Free, ptr, size);
   }

@@ -195,7 +195,7 @@ void Engine::note_launch(const BlockList& blocks, CUstream key, bool capturing) 
     for (alloc::Block* b : named) policy_->post(policy::Event::use(b->va, seq, sid));
   }
   // Residency over time, every 256 launches: enough to draw, cheap to keep.
-  if ((seq & 255) == 0) sample(SampleKind::Launches, 0, 0);
+  if ((seq & 255) == 0) sample(SampleKind::Launches, sid, 0);
 }
 
 }  // namespace tierrt

@@ -14,18 +14,22 @@ void MoveFeedback::over_budget(std::uint64_t used, std::uint64_t limit) noexcept
 }
 
 void MoveFeedback::demand_fetch(const alloc::Block& b) noexcept {
+  if (recorder_ && recorder_->samples_on()) recorder_->mark(SampleKind::DemandFetch, b.va, b.size);
   if (policy_) policy_->post_demand_fetch(b.va);
 }
 
 void MoveFeedback::late_fetch(const alloc::Block& b, std::uint64_t late_ns) noexcept {
   late_.fetch_add(1, std::memory_order_relaxed);
   late_ns_.fetch_add(late_ns, std::memory_order_relaxed);
+  if (recorder_ && recorder_->samples_on()) recorder_->mark(SampleKind::LateFetch, late_ns, b.size);
   if (policy_) policy_->post_late_fetch(b.va, late_ns);
 }
 
 void MoveFeedback::copy_done(Direction d, std::uint64_t bytes, std::uint64_t ns) noexcept {
   TIERRT_LOG(Debug, "%s %llu bytes in %.3f ms", d == Direction::ToHost ? "spilled" : "fetched",
              static_cast<unsigned long long>(bytes), static_cast<double>(ns) / 1e6);
+  if (recorder_ && recorder_->samples_on())
+    recorder_->mark(d == Direction::ToHost ? SampleKind::Spill : SampleKind::Fetch, ns, bytes);
   Totals& t = totals_[static_cast<int>(d)];
   t.all_bytes.fetch_add(bytes, std::memory_order_relaxed);
   t.all_ns.fetch_add(ns, std::memory_order_relaxed);

@@ -1,6 +1,7 @@
 #include "runtime/recorder.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstdio>
 
@@ -20,7 +21,72 @@ T* reserve(std::uint64_t count) {
   return p == MAP_FAILED ? nullptr : static_cast<T*>(p);
 }
 
-constexpr const char* kSampleNames[] = {"alloc", "free", "step", "phase", "launches"};
+constexpr std::uint64_t kNoCounter = UINT64_MAX;
+
+// Chrome trace thread ids: one track per stream after the fixed ones.
+constexpr int kEventsTrack = 1, kD2HTrack = 2, kH2DTrack = 3, kFirstStreamTrack = 16;
+
+double to_mib(std::uint64_t b) { return static_cast<double>(b) / 1048576.0; }
+
+void write_sample(FILE* f, int pid, const ResidencySample& s, std::uint64_t budget, bool* stream_seen,
+                  std::size_t streams) {
+  const double us = static_cast<double>(s.ns) / 1e3;
+  const auto kind = static_cast<SampleKind>(s.kind);
+  if (s.device_used != kNoCounter) {
+    // One counter event: Perfetto draws each of its values as a track of its own.
+    std::fprintf(f, ",\n{\"ph\":\"C\",\"pid\":%d,\"name\":\"memory (MiB)\",\"ts\":%.3f,"
+                 "\"args\":{\"device\":%.3f,\"host\":%.3f,\"budget\":%.3f}}",
+                 pid, us, to_mib(s.device_used), to_mib(s.host_used), to_mib(budget));
+  }
+  switch (kind) {
+    case SampleKind::Alloc:
+    case SampleKind::Free:
+      std::fprintf(f, ",\n{\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,\"tid\":%d,\"name\":\"%s\",\"ts\":%.3f,"
+                   "\"args\":{\"ptr\":\"0x%llx\",\"bytes\":%llu}}",
+                   pid, kEventsTrack, kind == SampleKind::Alloc ? "alloc" : "free", us,
+                   static_cast<unsigned long long>(s.ptr), static_cast<unsigned long long>(s.bytes));
+      break;
+    case SampleKind::Step:
+    case SampleKind::Phase:
+      std::fprintf(f, ",\n{\"ph\":\"i\",\"s\":\"p\",\"pid\":%d,\"tid\":%d,\"name\":\"%s\",\"ts\":%.3f,"
+                   "\"args\":{\"%s\":%llu}}",
+                   pid, kEventsTrack, kind == SampleKind::Step ? "step" : "phase", us,
+                   kind == SampleKind::Step ? "step" : "phase", static_cast<unsigned long long>(s.ptr));
+      break;
+    case SampleKind::Launches:
+      if (s.ptr < streams) stream_seen[s.ptr] = true;
+      std::fprintf(f, ",\n{\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,\"tid\":%llu,\"name\":\"launch\",\"ts\":%.3f,"
+                   "\"args\":{\"every\":256}}",
+                   pid, static_cast<unsigned long long>(kFirstStreamTrack + s.ptr), us);
+      break;
+    case SampleKind::Spill:
+    case SampleKind::Fetch: {
+      const double dur = static_cast<double>(s.ptr) / 1e3;
+      std::fprintf(f, ",\n{\"ph\":\"X\",\"pid\":%d,\"tid\":%d,\"name\":\"%s\",\"ts\":%.3f,\"dur\":%.3f,"
+                   "\"args\":{\"bytes\":%llu}}",
+                   pid, kind == SampleKind::Spill ? kD2HTrack : kH2DTrack, kind == SampleKind::Spill ? "spill" : "fetch",
+                   us > dur ? us - dur : 0.0, dur, static_cast<unsigned long long>(s.bytes));
+      break;
+    }
+    case SampleKind::DemandFetch:
+      std::fprintf(f, ",\n{\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,\"tid\":%d,\"name\":\"demand fetch\",\"ts\":%.3f,"
+                   "\"args\":{\"ptr\":\"0x%llx\",\"bytes\":%llu}}",
+                   pid, kH2DTrack, us, static_cast<unsigned long long>(s.ptr), static_cast<unsigned long long>(s.bytes));
+      break;
+    case SampleKind::LateFetch:
+      std::fprintf(f, ",\n{\"ph\":\"i\",\"s\":\"t\",\"pid\":%d,\"tid\":%d,\"name\":\"late prefetch\",\"ts\":%.3f,"
+                   "\"args\":{\"waited_ms\":%.3f,\"bytes\":%llu}}",
+                   pid, kH2DTrack, us, static_cast<double>(s.ptr) / 1e6, static_cast<unsigned long long>(s.bytes));
+      break;
+  }
+}
+
+void write_thread_name(FILE* f, int pid, std::uint64_t tid, const char* name, std::uint64_t number) {
+  std::fprintf(f, ",\n{\"ph\":\"M\",\"pid\":%d,\"tid\":%llu,\"name\":\"thread_name\",\"args\":{\"name\":\"",
+               pid, static_cast<unsigned long long>(tid));
+  std::fprintf(f, name, static_cast<unsigned long long>(number));
+  std::fprintf(f, "\"}}");
+}
 
 }  // namespace
 
@@ -68,6 +134,17 @@ void Recorder::set_launch_durations(policy::LaunchSeq from, policy::LaunchSeq to
   }
 }
 
+void Recorder::mark(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes) noexcept {
+  sample(kind, ptr, bytes, kNoCounter, kNoCounter);
+}
+
+void Recorder::say_if_full() noexcept {
+  const std::uint64_t n = n_samples_.load(std::memory_order_relaxed);
+  if (!samples_ || n <= kMaxSamples || said_full_.exchange(true)) return;
+  TIERRT_LOG(Warn, "TIERRT_TRACE is full (%llu samples): it records nothing more of this run",
+             static_cast<unsigned long long>(kMaxSamples));
+}
+
 void Recorder::sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes, std::uint64_t device_used,
                       std::uint64_t host_used) noexcept {
   std::uint64_t i = n_samples_.fetch_add(1, std::memory_order_relaxed);
@@ -100,19 +177,25 @@ bool Recorder::write() noexcept {
       TIERRT_LOG(Error, "cannot write TIERRT_TRACE=\"%s\"", trace_path_.c_str());
       return false;
     }
-    std::uint64_t n = std::min(n_samples_.load(), kMaxSamples);
+    say_if_full();
+    const std::uint64_t n = std::min(n_samples_.load(), kMaxSamples);
+    const int pid = static_cast<int>(getpid());
+    const std::uint64_t budget = budget_.load(std::memory_order_relaxed);
+    constexpr std::size_t kStreams = 256;  // streams past these get a track, unnamed
+    bool stream_seen[kStreams] = {};
     std::fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n");
-    std::fprintf(f, "{\"ph\":\"M\",\"pid\":1,\"name\":\"process_name\",\"args\":{\"name\":\"tierrt\"}}");
-    for (std::uint64_t i = 0; i < n; ++i) {
-      const ResidencySample& s = samples_[i];
-      double us = static_cast<double>(s.ns) / 1e3;
-      std::fprintf(f, ",\n{\"ph\":\"C\",\"pid\":1,\"name\":\"memory (MiB)\",\"ts\":%.3f,\"args\":{\"device\":%.3f,\"host\":%.3f}}",
-                   us, static_cast<double>(s.device_used) / 1048576.0, static_cast<double>(s.host_used) / 1048576.0);
-      if (s.kind != static_cast<std::uint8_t>(SampleKind::Launches))
-        std::fprintf(f, ",\n{\"ph\":\"i\",\"s\":\"p\",\"pid\":1,\"tid\":1,\"name\":\"%s\",\"ts\":%.3f,\"args\":{\"ptr\":\"0x%llx\",\"bytes\":%llu}}",
-                     kSampleNames[s.kind], us, static_cast<unsigned long long>(s.ptr),
-                     static_cast<unsigned long long>(s.bytes));
-    }
+    std::fprintf(f, "{\"ph\":\"M\",\"pid\":%d,\"name\":\"process_name\",\"args\":{\"name\":\"tierrt (pid %d)\"}}",
+                 pid, pid);
+    write_thread_name(f, pid, kEventsTrack, "allocations and steps", 0);
+    write_thread_name(f, pid, kD2HTrack, "copy engine D2H (spills)", 0);
+    write_thread_name(f, pid, kH2DTrack, "copy engine H2D (fetches)", 0);
+    for (std::uint64_t i = 0; i < n; ++i) write_sample(f, pid, samples_[i], budget, stream_seen, kStreams);
+    for (std::size_t k = 0; k < kStreams; ++k)
+      if (stream_seen[k]) write_thread_name(f, pid, kFirstStreamTrack + k, "stream %llu (every 256th launch)", k);
+    if (n_samples_.load() > kMaxSamples)
+      std::fprintf(f, ",\n{\"ph\":\"i\",\"s\":\"g\",\"pid\":%d,\"tid\":%d,\"name\":\"trace full: nothing "
+                   "recorded after this\",\"ts\":%.3f}", pid, kEventsTrack,
+                   static_cast<double>(samples_[n - 1].ns) / 1e3);
     std::fprintf(f, "\n]}\n");
     ok = (f == stderr ? std::fflush(f) : std::fclose(f)) == 0 && ok;
   }

@@ -55,7 +55,7 @@ bool outputs_apart(const Settings& s, std::string* error) {
   namespace fs = std::filesystem;
   const std::pair<const char*, const std::string*> outputs[] = {
       {"TIERRT_STATS", &s.stats}, {"TIERRT_TRACE", &s.trace}, {"TIERRT_RECORD", &s.record},
-      {"TIERRT_LOG_FILE", &s.log_file}};
+      {"TIERRT_LOG_FILE", &s.log_file}, {"TIERRT_PLOT", &s.plot}};
   for (std::size_t i = 0; i < std::size(outputs); ++i) {
     for (std::size_t j = i + 1; j < std::size(outputs); ++j) {
       const std::string& a = *outputs[i].second;
@@ -132,6 +132,13 @@ bool read_settings(Settings* out, std::string* error, config::GetenvFn getenv_fn
   if (const char* v = value_of(getenv_fn, "TIERRT_STATS")) s.stats = output_destination(v);
   if (const char* v = value_of(getenv_fn, "TIERRT_TRACE")) s.trace = output_destination(v);
   if (const char* v = value_of(getenv_fn, "TIERRT_RECORD")) s.record = output_destination(v);
+  if (const char* v = value_of(getenv_fn, "TIERRT_PLOT")) {
+    s.plot = output_destination(v);
+    if (s.plot == "-") {  // an SVG on stderr would mix with the job's own output
+      if (error != nullptr) *error = config::refusal("TIERRT_PLOT", v, "a file name for the SVG, or 0 (off)");
+      return false;
+    }
+  }
   if (const char* v = value_of(getenv_fn, "TIERRT_LOG")) {
     auto k = config::parse_choice("TIERRT_LOG", v, {"off", "error", "warn", "info", "debug"}, error);
     if (!k) return false;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "policies/lifetime_class.hpp"
 #include "runtime/engine.h"
@@ -15,6 +16,8 @@ namespace tierrt {
 namespace {
 
 double mib(std::uint64_t b) { return static_cast<double>(b) / (1024.0 * 1024.0); }
+double ms(std::uint64_t ns) { return static_cast<double>(ns) / 1e6; }
+unsigned long long ull(std::uint64_t v) { return static_cast<unsigned long long>(v); }
 
 // The allocator counts bytes per class as the policy thread sets them: 0 for a
 // block not classified yet, else 1 + the lifetime class.
@@ -22,43 +25,172 @@ const char* class_name(int c) {
   return c == 0 ? "unclassified" : policy::to_string(static_cast<policy::LifetimeClass>(c - 1));
 }
 
-// What moved between the tiers, and how fast. Every figure is a count of
-// completed moves (demand fetches are among the fetches done), so no
-// difference below can underflow; attempts that failed are shown apart.
-void write_moves(FILE* f, const tierrt_stats& t, const alloc::Stats& s, const MoveFeedback& moves) noexcept {
-  const std::uint64_t demand = std::min(t.demand_fetches, t.fetches);
-  const std::uint64_t prefetched = t.fetches - demand;
-  std::fprintf(f, "  spilled                 %10llu blocks, %10.1f MiB (%llu more started, then used again in time; "
-               "%llu failed)\n",
-               static_cast<unsigned long long>(s.spills_done), mib(t.bytes_spilled),
-               static_cast<unsigned long long>(t.spills_aborted), static_cast<unsigned long long>(t.spills_failed));
-  std::fprintf(f, "  fetched back            %10llu blocks, %10.1f MiB (%llu prefetched, %llu on demand; %llu failed)\n",
-               static_cast<unsigned long long>(t.fetches), mib(t.bytes_fetched),
-               static_cast<unsigned long long>(prefetched), static_cast<unsigned long long>(demand),
-               static_cast<unsigned long long>(t.fetches_failed));
-  if (prefetched)
-    std::fprintf(f, "  prefetch hit rate       %10.1f %% (%llu prefetches late, by %.2f ms in all)\n",
-                 100.0 * static_cast<double>(prefetched - std::min(prefetched, t.late_fetches)) /
-                     static_cast<double>(prefetched),
-                 static_cast<unsigned long long>(t.late_fetches), static_cast<double>(moves.late_ns()) / 1e6);
-  if (t.d2h_bytes_per_s || t.h2d_bytes_per_s)
-    std::fprintf(f, "  copies, measured        %10.2f GB/s device to host, %.2f GB/s host to device\n",
-                 static_cast<double>(t.d2h_bytes_per_s) / 1e9, static_cast<double>(t.h2d_bytes_per_s) / 1e9);
+// Hits over planned prefetches: a planned prefetch is a hit unless a launch
+// had to wait for it. Demand fetches are not prefetches and are counted apart.
+// Negative when nothing was planned (no rate: n/a, never 0 %).
+double hit_rate(std::uint64_t planned, std::uint64_t late) {
+  if (planned == 0) return -1;
+  return 100.0 * static_cast<double>(planned - std::min(planned, late)) / static_cast<double>(planned);
 }
 
-// What the planner did, and the shape of the step it learned last.
-void write_planner(FILE* f, const tierrt_stats& t, const PolicyThread& p) noexcept {
-  std::fprintf(f, "  planner                 %10llu spills, %llu prefetches started over %llu steps; "
-               "%llu mispredictions; %llu events dropped\n",
-               static_cast<unsigned long long>(t.planned_spills), static_cast<unsigned long long>(t.planned_prefetches),
-               static_cast<unsigned long long>(t.steps_learned), static_cast<unsigned long long>(t.mispredictions),
-               static_cast<unsigned long long>(p.dropped()));
-  try {
-    const PolicyThread::LearnedStep step = p.learned_step();
-    if (step.steps)
-      std::fprintf(f, "  step learned last       %10u launches, %zu blocks\n", step.launches, step.classes.size());
-  } catch (...) {  // no memory for the copy at exit: leave the line out
+// Everything the report says, gathered once.
+struct Report {
+  tierrt_stats t{};
+  alloc::Stats s;
+  std::uint64_t late_ns = 0, freed_spilled = 0, dropped_events = 0;
+  bool planner = false;
+  std::uint64_t class_blocks[8] = {};  // blocks of each class in the step learned last
+  std::uint32_t learned_launches = 0;
+  RunMonitor::Snapshot run;
+  bool have_run = false;
+};
+
+Report gather(const Engine& e) {
+  Report r;
+  r.t.struct_size = sizeof r.t;
+  fill_public_stats(e, &r.t);
+  r.s = e.allocator_stats();
+  r.late_ns = e.moves().late_ns();
+  r.freed_spilled = e.bytes_freed_while_spilled();
+  if (const PolicyThread* p = e.planner()) {
+    r.planner = true;
+    r.dropped_events = p->dropped();
+    const PolicyThread::LearnedStep step = p->learned_step();
+    r.learned_launches = step.launches;
+    for (policy::LifetimeClass c : step.classes) ++r.class_blocks[1 + static_cast<int>(c)];
   }
+  if (RunMonitor* m = e.monitor()) {
+    r.run = m->snapshot();
+    r.have_run = true;
+  }
+  return r;
+}
+
+void write_text(FILE* f, const Report& r) {
+  const tierrt_stats& t = r.t;
+  const alloc::Stats& s = r.s;
+  const std::uint64_t spilled_now = s.bytes[static_cast<int>(alloc::State::Spilled)];
+  std::fprintf(f, "tierrt stats (pid %d)\n", static_cast<int>(getpid()));
+  std::fprintf(f, "  peak device memory      %10.1f MiB with tiering, %.1f MiB without (peak of live tracked bytes)\n",
+               mib(t.device_peak_bytes), mib(t.peak_bytes_untiered));
+  std::fprintf(f, "  budgets                 %10.1f MiB device, %.1f MiB host\n", mib(t.device_budget), mib(t.host_budget));
+  if (t.over_budget)
+    std::fprintf(f, "  over the device budget  %10llu times (nothing more could be spilled; the device had room)\n",
+                 ull(t.over_budget));
+  std::fprintf(f, "  host tier               %10.1f MiB now, %.1f MiB at peak\n", mib(t.host_bytes_in_use),
+               mib(t.host_peak_bytes));
+  std::fprintf(f, "  spilled                 %10llu blocks, %.1f MiB (%llu more started, then used again in time; "
+               "%llu failed)\n", ull(s.spills_done), mib(t.bytes_spilled), ull(t.spills_aborted), ull(t.spills_failed));
+  std::fprintf(f, "  fetched back            %10llu blocks, %.1f MiB (%llu on demand; %llu failed); %.1f MiB freed "
+               "while on the host, %.1f MiB on the host now\n", ull(t.fetches), mib(t.bytes_fetched), ull(t.demand_fetches),
+               ull(t.fetches_failed), mib(r.freed_spilled), mib(spilled_now));
+  const double rate = hit_rate(t.planned_prefetches, t.late_fetches);
+  if (rate < 0)
+    std::fprintf(f, "  prefetch hit rate              n/a (no prefetch planned)\n");
+  else
+    std::fprintf(f, "  prefetch hit rate       %10.1f %% of %llu planned (%llu late; launches waited %.2f ms)\n", rate,
+                 ull(t.planned_prefetches), ull(t.late_fetches), ms(r.late_ns));
+  std::fprintf(f, "  link, measured          %10.2f GB/s device to host, %.2f GB/s host to device%s\n",
+               static_cast<double>(t.d2h_bytes_per_s) / 1e9, static_cast<double>(t.h2d_bytes_per_s) / 1e9,
+               t.d2h_bytes_per_s || t.h2d_bytes_per_s ? "" : " (nothing copied)");
+  std::fprintf(f, "  allocations             %10llu tracked, %llu reached the driver (%llu cache hits)\n",
+               ull(t.allocations), ull(t.driver_allocations), ull(s.cache_hits));
+  std::fprintf(f, "  launches seen           %10llu; steps marked %llu\n", ull(t.launches_seen), ull(t.steps_marked));
+  if (r.planner) {
+    std::fprintf(f, "  planner                 %10llu spills, %llu prefetches started over %llu steps learned; "
+                 "%llu mispredictions; %llu events dropped\n", ull(t.planned_spills), ull(t.planned_prefetches),
+                 ull(t.steps_learned), ull(t.mispredictions), ull(r.dropped_events));
+    if (r.learned_launches) std::fprintf(f, "  step learned last       %10u launches\n", r.learned_launches);
+  }
+  std::fprintf(f, "  per lifetime class      live bytes now (blocks in the step learned last)\n");
+  for (int c = 0; c < 8; ++c)
+    if (s.class_bytes[c] || r.class_blocks[c])
+      std::fprintf(f, "    %-21s %10.1f MiB (%llu blocks)\n", class_name(c), mib(s.class_bytes[c]),
+                   ull(r.class_blocks[c]));
+  if (!r.have_run) return;
+  std::fprintf(f, "  steps                   %zu shown%s\n", r.run.steps.size(),
+               r.run.steps_dropped ? (", the " + std::to_string(r.run.steps_dropped) + " before them dropped").c_str()
+                                   : "");
+  if (r.run.steps.empty()) return;
+  std::fprintf(f, "    %6s %10s %10s %12s %12s %7s %9s %9s\n", "step", "time ms", "stall ms", "to host MiB",
+               "to dev MiB", "demand", "planned", "hit rate");
+  for (const StepRow& row : r.run.steps) {
+    const double h = hit_rate(row.planned_prefetches, row.late_prefetches);
+    char hit[16];
+    if (h < 0) std::snprintf(hit, sizeof hit, "n/a");
+    else std::snprintf(hit, sizeof hit, "%.1f%%", h);
+    char step[48];
+    if (row.steps > 1) std::snprintf(step, sizeof step, "%llu-%llu", ull(row.index + 1 - row.steps), ull(row.index));
+    else std::snprintf(step, sizeof step, "%llu", ull(row.index));
+    std::fprintf(f, "    %6s %10.3f %10.3f %12.2f %12.2f %7llu %9llu %9s\n", step, ms(row.ns),
+                 ms(row.stall_ns), mib(row.bytes_spilled), mib(row.bytes_fetched), ull(row.demand_fetches),
+                 ull(row.planned_prefetches), hit);
+  }
+}
+
+// A rate or null (none planned).
+std::string json_rate(double rate) {
+  if (rate < 0) return "null";
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4f", rate / 100.0);
+  return b;
+}
+
+void write_json(FILE* f, const Report& r) {
+  const tierrt_stats& t = r.t;
+  const alloc::Stats& s = r.s;
+  std::fprintf(f, "{\n  \"pid\": %d,\n", static_cast<int>(getpid()));
+  std::fprintf(f, "  \"device\": {\"peak_bytes\": %llu, \"peak_bytes_without_tiering\": %llu, \"budget_bytes\": %llu, "
+               "\"bytes_in_use\": %llu, \"over_budget\": %llu},\n", ull(t.device_peak_bytes), ull(t.peak_bytes_untiered),
+               ull(t.device_budget), ull(t.device_bytes_in_use), ull(t.over_budget));
+  std::fprintf(f, "  \"host\": {\"peak_bytes\": %llu, \"budget_bytes\": %llu, \"bytes_in_use\": %llu},\n",
+               ull(t.host_peak_bytes), ull(t.host_budget), ull(t.host_bytes_in_use));
+  std::fprintf(f, "  \"moves\": {\"spills\": %llu, \"spills_aborted\": %llu, \"spills_failed\": %llu, "
+               "\"bytes_spilled\": %llu, \"fetches\": %llu, \"demand_fetches\": %llu, \"fetches_failed\": %llu, "
+               "\"bytes_fetched\": %llu, \"bytes_freed_while_spilled\": %llu, \"bytes_spilled_now\": %llu, "
+               "\"planned_prefetches\": %llu, \"late_prefetches\": %llu, \"prefetch_hit_rate\": %s, "
+               "\"stall_ns\": %llu},\n",
+               ull(s.spills_done), ull(t.spills_aborted), ull(t.spills_failed), ull(t.bytes_spilled), ull(t.fetches),
+               ull(t.demand_fetches), ull(t.fetches_failed), ull(t.bytes_fetched), ull(r.freed_spilled),
+               ull(s.bytes[static_cast<int>(alloc::State::Spilled)]), ull(t.planned_prefetches), ull(t.late_fetches),
+               json_rate(hit_rate(t.planned_prefetches, t.late_fetches)).c_str(), ull(r.late_ns));
+  std::fprintf(f, "  \"link\": {\"d2h_bytes_per_s\": %llu, \"h2d_bytes_per_s\": %llu},\n", ull(t.d2h_bytes_per_s),
+               ull(t.h2d_bytes_per_s));
+  std::fprintf(f, "  \"allocations\": {\"tracked\": %llu, \"driver\": %llu, \"cache_hits\": %llu},\n",
+               ull(t.allocations), ull(t.driver_allocations), ull(s.cache_hits));
+  std::fprintf(f, "  \"launches\": %llu,\n  \"steps_marked\": %llu,\n", ull(t.launches_seen), ull(t.steps_marked));
+  if (r.planner)
+    std::fprintf(f, "  \"planner\": {\"spills\": %llu, \"prefetches\": %llu, \"steps_learned\": %llu, "
+                 "\"mispredictions\": %llu, \"events_dropped\": %llu, \"learned_step_launches\": %u},\n",
+                 ull(t.planned_spills), ull(t.planned_prefetches), ull(t.steps_learned), ull(t.mispredictions),
+                 ull(r.dropped_events), r.learned_launches);
+  else
+    std::fprintf(f, "  \"planner\": null,\n");
+  std::fprintf(f, "  \"classes\": [");
+  const char* sep = "";
+  for (int c = 0; c < 8; ++c) {
+    if (!s.class_bytes[c] && !r.class_blocks[c]) continue;
+    std::fprintf(f, "%s\n    {\"class\": \"%s\", \"live_bytes\": %llu, \"blocks_in_learned_step\": %llu}", sep,
+                 class_name(c), ull(s.class_bytes[c]), ull(r.class_blocks[c]));
+    sep = ",";
+  }
+  std::fprintf(f, "\n  ],\n  \"steps_dropped\": %llu,\n  \"steps\": [", ull(r.run.steps_dropped));
+  sep = "";
+  for (const StepRow& row : r.run.steps) {
+    std::fprintf(f, "%s\n    {\"step\": %llu, \"steps_covered\": %llu, \"start_ns\": %llu, \"ns\": %llu, \"stall_ns\": %llu, "
+                 "\"bytes_spilled\": %llu, \"bytes_fetched\": %llu, \"demand_fetches\": %llu, "
+                 "\"planned_prefetches\": %llu, \"late_prefetches\": %llu, \"prefetch_hit_rate\": %s}",
+                 sep, ull(row.index), ull(row.steps), ull(row.start_ns), ull(row.ns), ull(row.stall_ns), ull(row.bytes_spilled),
+                 ull(row.bytes_fetched), ull(row.demand_fetches), ull(row.planned_prefetches),
+                 ull(row.late_prefetches), json_rate(hit_rate(row.planned_prefetches, row.late_prefetches)).c_str());
+    sep = ",";
+  }
+  std::fprintf(f, "\n  ]\n}\n");
+}
+
+bool ends_with(const std::string& s, const char* tail) {
+  const std::size_t n = std::strlen(tail);
+  return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
 }
 
 }  // namespace
@@ -107,39 +239,18 @@ void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
 void write_stats_report(const Engine& e) noexcept {
   const std::string& where = e.settings().stats;
   if (where.empty()) return;
-  FILE* f = where == "-" ? stderr : std::fopen(config::expand_output_path(where).c_str(), "w");
+  const std::string path = where == "-" ? where : config::expand_output_path(where);
+  FILE* f = where == "-" ? stderr : std::fopen(path.c_str(), "w");
   if (!f) {
     TIERRT_LOG(Error, "cannot write TIERRT_STATS=\"%s\"", where.c_str());
     return;
   }
-  tierrt_stats t{};
-  t.struct_size = sizeof t;
-  fill_public_stats(e, &t);
-  const alloc::Stats s = e.allocator_stats();
-  std::fprintf(f, "tierrt stats (pid %d)\n", static_cast<int>(getpid()));
-  std::fprintf(f, "  peak device memory      %10.1f MiB with tiering, %10.1f MiB of live tracked blocks (without)\n",
-               mib(t.device_peak_bytes), mib(t.peak_bytes_untiered));
-  std::fprintf(f, "  budgets                 %10.1f MiB device, %10.1f MiB host\n", mib(t.device_budget),
-               mib(t.host_budget));
-  if (t.over_budget)
-    std::fprintf(f, "  over the device budget  %10llu times (nothing more could be spilled; the device had room)\n",
-                 static_cast<unsigned long long>(t.over_budget));
-  std::fprintf(f, "  host tier               %10.1f MiB now, %10.1f MiB at peak\n", mib(t.host_bytes_in_use),
-               mib(t.host_peak_bytes));
-  write_moves(f, t, s, e.moves());
-  std::fprintf(f, "  allocations             %10llu tracked, %llu reached the driver (%llu cache hits)\n",
-               static_cast<unsigned long long>(t.allocations), static_cast<unsigned long long>(t.driver_allocations),
-               static_cast<unsigned long long>(s.cache_hits));
-  std::fprintf(f, "  launches seen           %10llu; steps marked %llu\n", static_cast<unsigned long long>(t.launches_seen),
-               static_cast<unsigned long long>(t.steps_marked));
-  if (const PolicyThread* p = e.planner()) write_planner(f, t, *p);
-  bool any_class = false;
-  for (int c = 1; c < 8; ++c) any_class |= s.class_bytes[c] != 0;
-  if (any_class) {  // only when something classified the blocks still live
-    std::fprintf(f, "  live bytes per class   ");
-    for (int c = 0; c < 8; ++c)
-      if (s.class_bytes[c]) std::fprintf(f, " %s %.1f MiB", class_name(c), mib(s.class_bytes[c]));
-    std::fprintf(f, "\n");
+  try {
+    const Report r = gather(e);
+    if (ends_with(path, ".json")) write_json(f, r);
+    else write_text(f, r);
+  } catch (...) {  // no memory at exit: what was written stays
+    TIERRT_LOG(Error, "TIERRT_STATS: no memory to gather the report");
   }
   if (f != stderr) std::fclose(f);
 }

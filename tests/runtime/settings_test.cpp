@@ -236,13 +236,16 @@ TEST_F(SettingsTest, EveryDocumentedVariableIsRead) {
     std::string err;
     bool ok = read(&s, &err);
     bool free_text = std::string(var) == "TIERRT_STATS" || std::string(var) == "TIERRT_TRACE" ||
-                     std::string(var) == "TIERRT_RECORD" || std::string(var) == "TIERRT_LOG_FILE";
+                     std::string(var) == "TIERRT_RECORD" || std::string(var) == "TIERRT_LOG_FILE" ||
+                     std::string(var) == "TIERRT_PLOT";
     if (free_text) {
       ASSERT_TRUE(ok) << var;
       Settings d;
       g_env.clear();
       ASSERT_TRUE(read(&d, &err));
-      EXPECT_TRUE(s.stats != d.stats || s.trace != d.trace || s.record != d.record || s.log_file != d.log_file) << var;
+      EXPECT_TRUE(s.stats != d.stats || s.trace != d.trace || s.record != d.record || s.log_file != d.log_file ||
+                  s.plot != d.plot)
+          << var;
     } else {
       EXPECT_FALSE(ok) << var << " accepted garbage";
     }

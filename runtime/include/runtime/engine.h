@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <mutex>
 
 #include "allocator/allocator.h"
 #include "runtime/allocation_records.h"
@@ -33,6 +34,7 @@
 #include "runtime/pointer_tables.h"
 #include "runtime/policy_thread.h"
 #include "runtime/recorder.h"
+#include "runtime/run_monitor.h"
 #include "runtime/settings.h"
 #include "runtime/stream_ids.h"
 #include "tierrt/tierrt.h"
@@ -287,6 +289,13 @@ class Engine {
   std::uint64_t peak_live_bytes() const noexcept { return peak_live_bytes_.load(); }
   const PolicyThread* planner() const noexcept { return policy_.get(); }
   const MoveFeedback& moves() const noexcept { return *feedback_; }
+  // Bytes of blocks freed while spilled (their bytes never came back).
+  std::uint64_t bytes_freed_while_spilled() const noexcept { return freed_spilled_bytes_.load(); }
+  // Steps and memory over time; null unless some output is asked for.
+  RunMonitor* monitor() const noexcept { return monitor_.get(); }
+  // Writes every output asked for (runtime/engine_outputs.cpp): at exit,
+  // and on SIGTERM / SIGINT from the monitor's thread.
+  void write_outputs() noexcept;
 
   // cuMemAllocAsync on `stream`: on a capturing stream the allocation is the
   // driver's (a graph memory node the graph frees), else tierrt's.
@@ -469,6 +478,8 @@ class Engine {
   bool listening() const noexcept { return policy_ || (recorder_ && recorder_->events_on()); }
   static void after_fork_in_child() noexcept;
   static void at_exit() noexcept;
+  void start_monitor() noexcept;
+  static RunCounters read_counters(void* engine) noexcept;
 
   // Graphs and captures (runtime/engine_graph.cpp).
   template <class Forward>
@@ -528,6 +539,9 @@ class Engine {
   std::unique_ptr<PolicyThread> policy_;    // null unless TIERRT_POLICY=planner
   std::atomic<std::uint64_t> launches_{0}, steps_{0};
   std::atomic<std::uint64_t> live_bytes_{0}, peak_live_bytes_{0};
+  std::atomic<std::uint64_t> freed_spilled_bytes_{0};
+  std::mutex outputs_mu_;                // one writer of the outputs at a time
+  std::unique_ptr<RunMonitor> monitor_;  // last: its thread reads what is above
   AllocationRecords records_;
   int device_ordinal_ = current_device_ordinal();  // made on the thread that has ctx_ current
   NcclRegistrations nccl_registrations_;

@@ -24,7 +24,10 @@ struct ResidencySample {
   std::uint64_t device_used, host_used;
 };
 
-enum class SampleKind : std::uint8_t { Alloc, Free, Step, Phase, Launches };
+// Launches: every 256th launch (ptr: its stream's id). Spill and Fetch: a
+// copy that completed (ptr: its duration in ns). DemandFetch: ptr is the
+// block. LateFetch: ptr is how long the launch waited, in ns.
+enum class SampleKind : std::uint8_t { Alloc, Free, Step, Phase, Launches, Spill, Fetch, DemandFetch, LateFetch };
 
 class Recorder {
  public:
@@ -42,7 +45,15 @@ class Recorder {
   void set_launch_durations(policy::LaunchSeq from, policy::LaunchSeq to, std::uint64_t ns) noexcept;
   void sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes, std::uint64_t device_used,
               std::uint64_t host_used) noexcept;
+  // A sample that carries no memory counters (the mover's, which does not
+  // know them).
+  void mark(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes) noexcept;
   std::uint64_t now_ns() const noexcept;
+  // The device budget, drawn as a counter beside device and host bytes.
+  void set_budget(std::uint64_t bytes) noexcept { budget_.store(bytes, std::memory_order_relaxed); }
+  // Says once, in one log line, that the trace is full and records no more;
+  // called off the launch path (the sampler thread, and write()).
+  void say_if_full() noexcept;
 
   // Writes both files; returns false (after logging one line each) on failure.
   bool write() noexcept;
@@ -59,6 +70,8 @@ class Recorder {
   static constexpr std::uint64_t kLaunchRing = 1u << 14;
   std::unique_ptr<std::atomic<std::uint64_t>[]> launch_at_;
   std::uint64_t start_ns_ = 0;
+  std::atomic<std::uint64_t> budget_{0};
+  std::atomic<bool> said_full_{false};
 };
 
 }  // namespace tierrt

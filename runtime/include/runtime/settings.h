@@ -35,6 +35,7 @@ struct Settings {
   std::string stats;                                     // TIERRT_STATS: the summary at exit
   std::string trace;                                     // TIERRT_TRACE: Chrome trace JSON
   std::string record;                                    // TIERRT_RECORD: event stream (trace format)
+  std::string plot;                                      // TIERRT_PLOT: SVG memory timeline (a file only)
   LogLevel log_level = LogLevel::Warn;                  // TIERRT_LOG
   std::string log_file;                                  // TIERRT_LOG_FILE ("" is stderr)
   std::uint64_t pointer_scan_bytes = 64ull << 10;        // TIERRT_POINTER_SCAN_BYTES (bytes; 0: no scan)
@@ -47,6 +48,7 @@ inline constexpr const char* kSettingVariables[] = {
     "TIERRT_STATS",  "TIERRT_TRACE",         "TIERRT_RECORD",      "TIERRT_LOG",
     "TIERRT_LOG_FILE",
     "TIERRT_POINTER_SCAN_BYTES",
+    "TIERRT_PLOT",
 };
 
 // Reads the environment through getenv_fn (std::getenv when null). Returns
