@@ -16,10 +16,12 @@ class HostBudget : public Budget {
   // Before the first reservation.
   void set_share(HostShare* share) noexcept { share_ = share; }
 
+  // The share first: a reservation it refuses never shows in this budget's
+  // peak.
   bool try_reserve(std::uint64_t n) noexcept {
-    if (!Budget::try_reserve(n)) return false;
-    if (share_ == nullptr || share_->try_reserve(n)) return true;
-    Budget::release(n);
+    if (share_ != nullptr && !share_->try_reserve(n)) return false;
+    if (Budget::try_reserve(n)) return true;
+    if (share_ != nullptr) share_->release(n);
     return false;
   }
   void release(std::uint64_t n) noexcept {

@@ -186,10 +186,11 @@ TEST(HostBudgetWithAShare, HoldsBothOrNeither) {
   EXPECT_TRUE(b.try_reserve(2 * kMiB));
   EXPECT_FALSE(b.try_reserve(2 * kMiB));  // the share is full, the own budget is not
   EXPECT_EQ(b.used(), 2 * kMiB);
+  EXPECT_EQ(b.peak(), 2 * kMiB);  // a refused reservation is no peak
   EXPECT_EQ(share.held_, 2 * kMiB);
   share.room_ = 100 * kMiB;
   EXPECT_TRUE(b.try_reserve(2 * kMiB));
-  EXPECT_FALSE(b.try_reserve(1));  // the own budget is full: the share is not asked
+  EXPECT_FALSE(b.try_reserve(1));  // the own budget is full: the share keeps nothing
   EXPECT_EQ(share.held_, 4 * kMiB);
   b.release(4 * kMiB);
   EXPECT_EQ(b.used(), 0u);
