@@ -3,7 +3,8 @@
 # under LD_PRELOAD=libtierrt.so on simdev spill against one ledger while a
 # checker samples it and never sees the budget passed, every rank's bytes
 # intact; log lines and output names carry the rank; a rank killed with
-# SIGKILL while its blocks are spilled gives its share back to the next.
+# SIGKILL while its blocks are spilled gives its share back to the next; a
+# malformed rank variable is ignored with one warning.
 # Usage: node_ranks_test.sh PROBE WATCH LIBTIERRT
 # TIERRT_SPILL_MODE and TIERRT_POLICY come from the caller;
 # TIERRT_TEST_PRELOAD_PREFIX names a sanitizer runtime to preload first.
@@ -52,6 +53,12 @@ refused=$(cat stats.*.* | grep -c "over the device budget")
 check "some ranks found the host tier full" "yes" "$([[ $refused -gt 0 ]] && echo yes || echo no)"
 check "each rank's log is named by %r, %l and %h" "8" "$(ls log.*.*."$host" | wc -l)"
 check "... and its lines carry the rank" "yes" "$(grep -q "^tierrt\[[0-9]* r11/l3\] info: started" "log.11.3.$host" && echo yes || echo no)"
+
+# A malformed rank variable: one warning, the next launcher's rank used.
+env SIMDEV_MEM=128MiB RANK=two SLURM_PROCID=5 LD_PRELOAD="$preload" "$probe" 3 >out.bad 2>err.bad
+check "a malformed RANK: the job runs" "ok" "$(head -1 out.bad)"
+check "... with one warning naming it" "1" "$(grep -c 'warn: RANK="two" is not accepted' err.bad)"
+check "... and SLURM_PROCID in the prefix" "1" "$(grep -c '^tierrt\[[0-9]* r5\] warn: RANK=' err.bad)"
 
 # A rank holding the whole node budget is killed: the next one spills.
 budget=$((64 * MiB))
