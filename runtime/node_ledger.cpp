@@ -163,7 +163,9 @@ bool NodeLedger::lock() noexcept {
   if (r == EOWNERDEAD) {
     // Its holder died; each update is one store to its slot, so the table
     // is whole. The holder's own bytes return once it is seen gone.
-    return pthread_mutex_consistent(&table_->mu) == 0;
+    if (pthread_mutex_consistent(&table_->mu) == 0) return true;
+    pthread_mutex_unlock(&table_->mu);
+    return false;
   }
   return r == 0;
 }
@@ -237,7 +239,7 @@ std::string node_ledger_name(const std::string& key, std::uint64_t budget, unsig
   std::string k = key;
   if (k.empty()) {
     const char* job = nullptr;
-    for (const char* var : {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID"})
+    for (const char* var : {"SLURM_JOB_ID", "TORCHELASTIC_RUN_ID", "PMIX_NAMESPACE"})
       if (const char* v = getenv_fn(var); !job && v && *v) job = v;
     std::string j = job ? job : "local";
     // The id comes from the environment: only name-safe characters, bounded.

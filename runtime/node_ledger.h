@@ -76,13 +76,14 @@ class NodeLedger final : public alloc::HostShare {
 };
 
 // The ledger's name: "/tierrt-node-UID-KEY", KEY being `key` when given,
-// else the job's id (SLURM_JOB_ID, else TORCHELASTIC_RUN_ID, else "local")
+// else the job's id (SLURM_JOB_ID, else TORCHELASTIC_RUN_ID, else
+// PMIX_NAMESPACE, Open MPI's and other PMIx launchers', else "local")
 // and the budget in bytes, so that unrelated jobs and users keep apart.
 std::string node_ledger_name(const std::string& key, std::uint64_t budget, unsigned uid,
                              config::GetenvFn getenv_fn = nullptr);
 
-// The process's ledger from the settings, opened once; null without a node
-// budget or outside tier mode. A ledger that cannot be opened is logged and
+// The process's ledger, opened once from the first settings that ask for
+// one; null without a node budget or outside tier mode. A ledger that cannot be opened is logged and
 // refuses every spill.
 alloc::HostShare* process_node_ledger(const Settings& s);
 

@@ -161,6 +161,9 @@ TEST(NodeLedgerName, PerUserPerJobPerBudget) {
   EXPECT_EQ(node_ledger_name("", 1024, 1000, &fake_getenv), "/tierrt-node-1000-local-1024");
   g_env = {{"TORCHELASTIC_RUN_ID", "run/9"}};
   EXPECT_EQ(node_ledger_name("", 1024, 7, &fake_getenv), "/tierrt-node-7-run_9-1024");
+  g_env = {{"PMIX_NAMESPACE", "prterun-node1-123@1"}};
+  EXPECT_EQ(node_ledger_name("", 1024, 7, &fake_getenv), "/tierrt-node-7-prterun-node1-123_1-1024");
+  g_env["TORCHELASTIC_RUN_ID"] = "run/9";
   g_env["SLURM_JOB_ID"] = "4242";
   EXPECT_EQ(node_ledger_name("", 1024, 7, &fake_getenv), "/tierrt-node-7-4242-1024");
 }

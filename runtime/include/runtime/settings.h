@@ -42,7 +42,7 @@ struct Settings {
   // 0: each rank has only its own host budget.
   std::uint64_t node_host_budget = 0;                    // TIERRT_NODE_HOST_BUDGET (bytes)
   // Which ledger: ranks with one key share one; "" takes the job's id and
-  // the node budget (node_ledger_key).
+  // the node budget (node_ledger_name).
   std::string node_key;                                  // TIERRT_NODE_KEY: [A-Za-z0-9._-], at most 64
 };
 
