@@ -15,8 +15,8 @@
 
 #include "allocator/allocator.h"
 #include "allocator/block.h"
-#include "host_budget.h"
 #include "device_arena.h"
+#include "host_budget.h"
 #include "host_tier.h"
 
 namespace tierrt::alloc {
