@@ -38,6 +38,10 @@ struct LedgerTable {
   LedgerSlot slots[kSlots];
 };
 
+// Processes map it at different addresses: its atomic must work without a
+// lock of the process's own.
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+
 class NodeLedger final : public alloc::HostShare {
  public:
   // Opens (creating it if it is the first) the ledger `name` with `budget`
