@@ -11,9 +11,13 @@ namespace tierrt::alloc {
 std::unique_ptr<HostBacking> HostBacking::create(const Options& opt, DeviceArena& arena) noexcept {
   const std::uint64_t budget = opt.host_budget ? opt.host_budget : default_host_budget(physical_ram());
   CUmemLocation where{};
+  std::unique_ptr<HostBacking> b;
   if (opt.mode != SpillMode::Copy && RemapBacking::supported(arena, &where))
-    return std::unique_ptr<HostBacking>(new (std::nothrow) RemapBacking(arena, budget, where));
-  return std::unique_ptr<HostBacking>(new (std::nothrow) CopyBacking(arena, budget, opt.pinned_chunk));
+    b.reset(new (std::nothrow) RemapBacking(arena, budget, where));
+  else
+    b.reset(new (std::nothrow) CopyBacking(arena, budget, opt.pinned_chunk));
+  if (b) b->budget_.set_share(opt.host_share);
+  return b;
 }
 
 bool HostBacking::reserve(const Block& b, HostCopy* to) noexcept {

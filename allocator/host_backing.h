@@ -15,8 +15,8 @@
 
 #include "allocator/allocator.h"
 #include "allocator/block.h"
-#include "budget.h"
 #include "device_arena.h"
+#include "host_budget.h"
 #include "host_tier.h"
 
 namespace tierrt::alloc {
@@ -65,7 +65,7 @@ class HostBacking {
 
   DeviceArena& arena_;
   HostTier tier_;
-  Budget budget_;
+  HostBudget budget_;
 };
 
 }  // namespace tierrt::alloc

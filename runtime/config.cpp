@@ -1,10 +1,13 @@
 #include "runtime/config.h"
 
+#include "runtime/rank.h"
+
 #include <unistd.h>
 
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 namespace tierrt::config {
@@ -131,11 +134,11 @@ std::optional<int> parse_choice(std::string_view variable, std::string_view valu
 }
 
 std::string expand_output_path(std::string_view pattern, GetenvFn getenv_fn) {
-  if (!getenv_fn) getenv_fn = [](const char* n) -> const char* { return std::getenv(n); };
   std::string out;
+  std::optional<RankInfo> rank;  // read at the first %r or %l
   for (std::size_t i = 0; i < pattern.size(); ++i) {
     const char next = i + 1 < pattern.size() ? pattern[i + 1] : '\0';
-    if (pattern[i] != '%' || (next != 'p' && next != 'r' && next != '%')) {
+    if (pattern[i] != '%' || std::string_view("prlh%").find(next) == std::string_view::npos) {
       out += pattern[i];
       continue;
     }
@@ -144,11 +147,12 @@ std::string expand_output_path(std::string_view pattern, GetenvFn getenv_fn) {
       out += '%';
     } else if (next == 'p') {
       out += std::to_string(getpid());
+    } else if (next == 'h') {
+      out += short_hostname();
     } else {
-      const char* rank = nullptr;
-      for (const char* var : {"RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK"})
-        if (const char* v = getenv_fn(var); !rank && v && *v) rank = v;
-      out += rank ? rank : "0";
+      if (!rank) rank = read_rank(getenv_fn);
+      const int x = next == 'r' ? rank->rank : rank->local_rank;
+      out += std::to_string(x < 0 ? 0 : x);
     }
   }
   return out;

@@ -8,9 +8,9 @@
 #include <cstring>
 #include <mutex>
 
-#include "allocator/budget_defaults.h"
 #include "driver/driver.h"
 #include "log.h"
+#include "node_ledger.h"
 #include "stats_report.h"
 
 namespace tierrt {
@@ -42,8 +42,9 @@ bool read_once() noexcept {
   return !g_off;
 }
 
-alloc::Options allocator_options(const ResolvedSettings& r) {
+alloc::Options allocator_options(const ResolvedSettings& r, alloc::HostShare* node_share) {
   alloc::Options o;
+  o.host_share = node_share;
   o.device_budget = r.device_budget;
   o.host_budget = r.host_budget;
   o.min_bytes = r.min_bytes;
@@ -122,7 +123,7 @@ std::unique_ptr<Engine> Engine::create(const Settings& asked, CUresult* err) noe
   CUmemoryPool pool = nullptr;
   if (TIERRT_CU(cuDeviceGetDefaultMemPool, &pool, dev) != CUDA_SUCCESS) pool = nullptr;
   try {
-    const alloc::Options options = allocator_options(resolve(s, {total, alloc::physical_ram()}));
+    const alloc::Options options = allocator_options(resolve(s, this_machine(total)), process_node_ledger(s));
     std::unique_ptr<alloc::Allocator> a = alloc::Allocator::create(options, err);
     if (!a) return nullptr;
     const alloc::Stats st = a->stats();

@@ -1,5 +1,6 @@
-// tierrt's log: one line per message, "tierrt: " first, to stderr or
-// TIERRT_LOG_FILE. Formats into a fixed buffer (no allocation); still, never
+// tierrt's log: one line per message, "tierrt[PID] level: " first
+// ("tierrt[PID r3/l1] ..." when the launcher tells the rank and local rank,
+// runtime/rank.h), to stderr or TIERRT_LOG_FILE. Formats into a fixed buffer (no allocation); still, never
 // call it on a launch or lookup path.
 #pragma once
 
@@ -7,7 +8,9 @@
 
 namespace tierrt::log {
 
-void configure(LogLevel level, const char* file);  // file: null or "" for stderr
+// file: null or "" for stderr. Reads the rank for the prefix, and says once
+// which rank variables were malformed.
+void configure(LogLevel level, const char* file);
 bool enabled(LogLevel level);
 void write(LogLevel level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 

@@ -9,7 +9,9 @@
 #include <utility>
 
 #include "allocator/budget_defaults.h"
+#include "cgroup_memory.h"
 #include "log.h"
+#include "runtime/rank.h"
 
 namespace tierrt {
 
@@ -72,6 +74,21 @@ bool outputs_apart(const Settings& s, std::string* error) {
   return true;
 }
 
+// A ledger key goes into a shared-memory object's name: letters, digits,
+// '.', '_' and '-' only.
+bool parse_node_key(const char* value, std::string* out, std::string* error) {
+  const std::string_view v(value);
+  const bool ok = v.size() <= 64 && v.find_first_not_of("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+                                                         "0123456789._-") == std::string_view::npos;
+  if (!ok) {
+    if (error != nullptr)
+      *error = config::refusal("TIERRT_NODE_KEY", value, "up to 64 letters, digits, '.', '_' or '-'");
+    return false;
+  }
+  *out = std::string(v);
+  return true;
+}
+
 bool parse_link(const char* value, policy::LinkModel* out, std::string* error) {
   try {
     *out = policy::parse_link(config::normalized(value));
@@ -84,7 +101,27 @@ bool parse_link(const char* value, policy::LinkModel* out, std::string* error) {
   }
 }
 
+// Half of RAM, and within a cgroup limit at most half of the limit shared
+// by the node's ranks (each rank is likely in the same cgroup).
+std::uint64_t default_host_budget(const MachineFacts& m) noexcept {
+  std::uint64_t b = alloc::default_host_budget(m.physical_ram);
+  if (m.cgroup_limit != 0) {
+    const std::uint64_t share = m.cgroup_limit / 2 / static_cast<std::uint64_t>(std::max(1, m.local_ranks));
+    b = b == 0 ? share : std::min(b, share);
+  }
+  return b;
+}
+
 }  // namespace
+
+MachineFacts this_machine(std::uint64_t device_total) {
+  MachineFacts m;
+  m.device_total = device_total;
+  m.physical_ram = alloc::physical_ram();
+  m.cgroup_limit = cgroup_memory_limit();
+  m.local_ranks = config::read_rank().local_ranks;
+  return m;
+}
 
 bool read_settings(Settings* out, std::string* error, config::GetenvFn getenv_fn) {
   if (!getenv_fn) getenv_fn = [](const char* n) -> const char* { return std::getenv(n); };
@@ -145,6 +182,19 @@ bool read_settings(Settings* out, std::string* error, config::GetenvFn getenv_fn
     s.log_level = static_cast<LogLevel>(*k);
   }
   if (const char* v = value_of(getenv_fn, "TIERRT_LOG_FILE")) s.log_file = v;
+  if (const char* v = value_of(getenv_fn, "TIERRT_NODE_HOST_BUDGET")) {
+    auto b = config::parse_byte_size("TIERRT_NODE_HOST_BUDGET", v, false, error);
+    if (!b) return false;
+    if (b->bytes == 0) {
+      if (error != nullptr)
+        *error = config::refusal("TIERRT_NODE_HOST_BUDGET", v, "a size above zero (unset: no node budget)");
+      return false;
+    }
+    s.node_host_budget = b->bytes;
+  }
+  if (const char* v = value_of(getenv_fn, "TIERRT_NODE_KEY")) {
+    if (!parse_node_key(v, &s.node_key, error)) return false;
+  }
   if (!outputs_apart(s, error)) return false;
   *out = std::move(s);
   return true;
@@ -163,8 +213,7 @@ ResolvedSettings resolve(const Settings& s, const MachineFacts& machine) noexcep
                static_cast<unsigned long long>(machine.device_total >> 20));
     r.device_budget = machine.device_total;
   }
-  r.host_budget = s.host_budget ? s.host_budget->resolve(machine.physical_ram)
-                                : alloc::default_host_budget(machine.physical_ram);
+  r.host_budget = s.host_budget ? s.host_budget->resolve(machine.physical_ram) : default_host_budget(machine);
   r.min_bytes = s.min_bytes;
   r.spill_mode = s.spill_mode;
   if (s.mode == Mode::Observe) r.host_budget = 1;

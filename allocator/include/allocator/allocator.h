@@ -14,6 +14,7 @@
 #include <span>
 
 #include "allocator/block.h"
+#include "allocator/host_share.h"
 #include "allocator/spill_mode.h"
 
 namespace tierrt::alloc {
@@ -24,6 +25,7 @@ struct Options {
   std::uint64_t min_bytes = 1u << 20;  // smaller allocations are never spilled
   SpillMode mode = SpillMode::Auto;    // Remap falls back to Copy where host VMM is unsupported
   std::uint64_t pinned_chunk = 64u << 20;  // copy mode: pinned pool growth step
+  HostShare* host_share = nullptr;  // host memory shared with other processes, held beside host_budget
 };
 
 struct AllocFlags {

@@ -47,10 +47,10 @@ std::string normalized(std::string_view value);
 using GetenvFn = const char* (*)(const char*);
 
 // An output file's name as given (TIERRT_STATS, TIERRT_TRACE, ...) with %p
-// replaced by the process id, %r by the rank (RANK, else SLURM_PROCID, else
-// OMPI_COMM_WORLD_RANK; "0" when none is set) and %% by %. Expanded where
-// the file is opened, so that forked children and the ranks of a job each
-// write a file of their own.
+// replaced by the process id, %r by the rank and %l by the local rank
+// (runtime/rank.h; "0" when not known or malformed), %h by the host name
+// (its first label) and %% by %. Expanded where the file is opened, so that
+// forked children and the ranks of a job each write a file of their own.
 std::string expand_output_path(std::string_view pattern, GetenvFn getenv_fn = nullptr);
 
 }  // namespace tierrt::config

@@ -39,6 +39,12 @@ struct Settings {
   LogLevel log_level = LogLevel::Warn;                  // TIERRT_LOG
   std::string log_file;                                  // TIERRT_LOG_FILE ("" is stderr)
   std::uint64_t pointer_scan_bytes = 64ull << 10;        // TIERRT_POINTER_SCAN_BYTES (bytes; 0: no scan)
+  // The host memory all ranks of the node pin together (runtime/node_ledger.h);
+  // 0: each rank has only its own host budget.
+  std::uint64_t node_host_budget = 0;                    // TIERRT_NODE_HOST_BUDGET (bytes)
+  // Which ledger: ranks with one key share one; "" takes the job's id and
+  // the node budget (node_ledger_name).
+  std::string node_key;                                  // TIERRT_NODE_KEY: [A-Za-z0-9._-], at most 64
 };
 
 // The names of every variable Settings reads, for documentation and checks.
@@ -49,6 +55,7 @@ inline constexpr const char* kSettingVariables[] = {
     "TIERRT_LOG_FILE",
     "TIERRT_POINTER_SCAN_BYTES",
     "TIERRT_PLOT",
+    "TIERRT_NODE_HOST_BUDGET", "TIERRT_NODE_KEY",
 };
 
 // Reads the environment through getenv_fn (std::getenv when null). Returns
@@ -59,7 +66,13 @@ bool read_settings(Settings* out, std::string* error, config::GetenvFn getenv_fn
 struct MachineFacts {
   std::uint64_t device_total = 0;  // bytes of memory on the device
   std::uint64_t physical_ram = 0;  // bytes of host RAM
+  std::uint64_t cgroup_limit = 0;  // bytes the process's cgroup may use; 0: no limit
+  int local_ranks = 0;             // ranks of the job on this node; 0: not known
 };
+
+// This machine's facts: physical RAM, the cgroup's memory limit
+// (runtime/cgroup_memory.h) and the local ranks the launcher announces.
+MachineFacts this_machine(std::uint64_t device_total);
 
 // The concrete values the engine hands to the allocator.
 struct ResolvedSettings {
@@ -71,7 +84,9 @@ struct ResolvedSettings {
 
 // Budgets from percentages and defaults: the device budget defaults to the
 // device's memory less a reserve (1/16 of it, at most 512 MiB), the host
-// budget to half of physical RAM. A device budget above the device's memory
+// budget to half of physical RAM, and under a cgroup memory limit to at most
+// half of that limit shared by the node's ranks (the limit / 2 / local ranks):
+// pinned host memory counts against the cgroup, and the job needs the rest. A device budget above the device's memory
 // (when known) is clamped to it, with a warning. In observe mode the host budget is one
 // byte: every spill is refused as "host full", the allocator's own stop
 // signal, so blocks are tracked and counted but never moved.
