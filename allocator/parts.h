@@ -15,6 +15,7 @@
 #include <unordered_set>
 
 #include "allocator/allocator.h"
+#include "driver/driver.h"
 #include "block_states.h"
 #include "device_arena.h"
 #include "host_backing.h"
@@ -71,10 +72,11 @@ struct Allocator::Parts final : Reclaimer {
 
   std::atomic<std::uint64_t> allocs{0}, cache_hits{0}, blocks_made{0}, trimmed{0};
   std::atomic<bool> told_over_budget{false};
-  CaptureProbe capture_probe = nullptr;  // set once before other threads call
-  void* capture_probe_owner = nullptr;
-  bool capture_may_be_open() const noexcept {
-    return capture_probe != nullptr && capture_probe(capture_probe_owner);
+  ContextSync context_sync = nullptr;  // set once before other threads call
+  void* context_sync_owner = nullptr;
+  bool sync_context_unless_capturing() const noexcept {
+    if (context_sync != nullptr) return context_sync(context_sync_owner);
+    return TIERRT_CU(cuCtxSynchronize) == CUDA_SUCCESS;
   }
 };
 

@@ -79,7 +79,7 @@ std::uint64_t Allocator::Parts::trim(std::uint64_t bytes) noexcept {
   // but would end a capture open in the context: then each recorded use is
   // waited for, and a block whose uses cannot be waited for now (a use on a
   // capturing stream) goes back to the cache.
-  const bool whole_context = !capture_may_be_open() && TIERRT_CU(cuCtxSynchronize) == CUDA_SUCCESS;
+  const bool whole_context = sync_context_unless_capturing();
   std::vector<Block*> kept;
   for (Block* b : victims) {
     bool idle = whole_context || uses.wait_all(b) == CUDA_SUCCESS;

@@ -178,10 +178,12 @@ class Allocator {
   // (remap) or fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (copy).
   void hold_moves() noexcept;
   void resume_moves() noexcept;
-  // Says whether a stream capture may be open in the context, where a
-  // context synchronize would end it. Set once, before other threads call.
-  using CaptureProbe = bool (*)(void* owner);
-  void on_capture_probe(CaptureProbe probe, void* owner) noexcept;
+  // Synchronizes the context unless a stream capture is open in it (which a
+  // context synchronize would end); true when it synchronized. Without one
+  // the allocator synchronizes the context itself. Set once, before other
+  // threads call.
+  using ContextSync = bool (*)(void* owner);
+  void on_context_sync(ContextSync sync, void* owner) noexcept;
 
   Stats stats() const noexcept;
   SpillMode mode() const noexcept;  // the mode in use: Remap or Copy
