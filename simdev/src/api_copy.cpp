@@ -5,6 +5,7 @@
 
 #include "capture.h"
 #include "copy_work.h"
+#include "device_bytes.h"
 #include "state.h"
 #include "stream.h"
 
@@ -41,6 +42,7 @@ CUresult run_copy(uint64_t dst, uint64_t src, size_t n) {
   Access acc[2] = {{dst, n, true}, {src, n, false}};
   uint64_t token = 0;
   if (CUresult e = m.begin_use(acc, 2, &token)) return e;
+  [[maybe_unused]] DeviceBytesMove untracked;
   if (CopyEngine* engine = link_engine(dst, src))
     engine->transfer(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
   else
@@ -120,6 +122,7 @@ Work memset_work(uint64_t dst, size_t pitch, uint32_t value, unsigned elem, size
     uint64_t token = 0;
     if (CUresult e = m.begin_use(rows.data(), rows.size(), &token)) return e;
     auto set_rows = [&] {
+      [[maybe_unused]] DeviceBytesMove untracked;
       for (size_t r = 0; r < height; ++r) fill(dst + r * pitch, value, elem, width);
     };
     if (in_host_memory(dst)) state().d2h.occupy(width * elem * height, set_rows);

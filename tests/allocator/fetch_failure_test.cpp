@@ -19,6 +19,19 @@ namespace {
 constexpr std::size_t MiB = 1u << 20;
 constexpr std::size_t kBytes = 4 * MiB;
 
+// dst ^= mask, a word at a time (byte loops take minutes under TSan).
+void xor_into(std::uint8_t* dst, const std::uint8_t* mask, std::size_t n) {
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    std::uint64_t d, m;
+    std::memcpy(&d, dst + i, 8);
+    std::memcpy(&m, mask + i, 8);
+    d ^= m;
+    std::memcpy(dst + i, &d, 8);
+  }
+  for (; i < n; ++i) dst[i] ^= mask[i];
+}
+
 // (ptr, n, seed): every byte XORed with pattern(seed), so that the result
 // depends on what the kernel read as much as on what it wrote.
 void k_xor(const simdev_launch* l) {
@@ -29,8 +42,7 @@ void k_xor(const simdev_launch* l) {
   std::memcpy(&seed, l->params[2], 8);
   std::vector<std::uint8_t> mask(n);
   pattern(mask.data(), n, seed);
-  auto* dst = reinterpret_cast<std::uint8_t*>(p);
-  for (std::uint64_t i = 0; i < n; ++i) dst[i] ^= mask[i];
+  xor_into(reinterpret_cast<std::uint8_t*>(p), mask.data(), n);
 }
 
 CUfunction xor_kernel() {
@@ -60,7 +72,7 @@ CUresult launch_xor(Allocator& a, Block* b, std::uint64_t seed) {
 
 std::vector<std::uint8_t> xored(std::uint64_t seed, std::uint64_t mask_seed) {
   std::vector<std::uint8_t> v = expected(kBytes, seed), m = expected(kBytes, mask_seed);
-  for (std::size_t i = 0; i < v.size(); ++i) v[i] ^= m[i];
+  xor_into(v.data(), m.data(), v.size());
   return v;
 }
 
