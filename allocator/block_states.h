@@ -20,7 +20,7 @@
 #include "allocator/block.h"
 #include "block_cache.h"
 #include "lock_rank.h"
-#include "ranked_mutex.h"
+#include "allocator/ranked_mutex.h"
 
 namespace tierrt::alloc {
 

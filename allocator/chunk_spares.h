@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "lock_rank.h"
-#include "ranked_mutex.h"
+#include "allocator/ranked_mutex.h"
 
 namespace tierrt::alloc {
 

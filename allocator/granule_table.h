@@ -10,7 +10,7 @@
 #include <mutex>
 
 #include "lock_rank.h"
-#include "ranked_mutex.h"
+#include "allocator/ranked_mutex.h"
 
 namespace tierrt::alloc {
 

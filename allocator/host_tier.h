@@ -10,7 +10,7 @@
 
 #include "chunk_spares.h"
 #include "lock_rank.h"
-#include "ranked_mutex.h"
+#include "allocator/ranked_mutex.h"
 
 namespace tierrt::alloc {
 

@@ -24,7 +24,7 @@
 #include "allocator/block.h"
 #include "device_arena.h"
 #include "lock_rank.h"
-#include "ranked_mutex.h"
+#include "allocator/ranked_mutex.h"
 #include "use_tracker.h"
 
 namespace tierrt::alloc {

@@ -18,7 +18,7 @@
 
 #include "allocator/block.h"
 #include "lock_rank.h"
-#include "ranked_mutex.h"
+#include "allocator/ranked_mutex.h"
 
 namespace tierrt::alloc {
 

@@ -19,7 +19,7 @@ std::atomic<Engine*> Engine::g_active{nullptr};
 
 namespace {
 
-std::mutex g_start_mu;
+RankedMutex g_start_mu{kRankStart, "runtime.start"};
 bool g_settings_read = false;
 bool g_off = false;  // decided for the whole process: off, bad settings, or no driver
 Settings* g_settings = nullptr;

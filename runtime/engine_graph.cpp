@@ -38,7 +38,7 @@ AddressRange copy_side(CUmemorytype type, CUdeviceptr base, std::size_t x, std::
 }  // namespace
 
 bool Engine::sync_context_unless_capturing() noexcept {
-  std::shared_lock<std::shared_mutex> no_capture_begins(capture_begin_mu_);
+  std::shared_lock<RankedSharedMutex> no_capture_begins(capture_begin_mu_);
   if (captures_.any_open()) return false;
   return TIERRT_CU(cuCtxSynchronize) == CUDA_SUCCESS;
 }

@@ -15,6 +15,9 @@
 #include <ctime>
 #include <new>
 
+#include "allocator/ranked_mutex.h"
+#include "runtime/lock_rank.h"
+
 #include "log.h"
 
 namespace tierrt {
@@ -158,19 +161,32 @@ NodeLedger::~NodeLedger() {
 
 std::uint64_t NodeLedger::budget() const noexcept { return table_ ? table_->budget : 0; }
 
+namespace {
+// The process-shared mutex joins this process's lock-order witness.
+constexpr LockId kLedgerLock{kRankNodeLedger, "node.ledger"};
+}  // namespace
+
 bool NodeLedger::lock() noexcept {
+  lock_witness::check(kLedgerLock);
   const int r = pthread_mutex_lock(&table_->mu);
   if (r == EOWNERDEAD) {
     // Its holder died; each update is one store to its slot, so the table
     // is whole. The holder's own bytes return once it is seen gone.
-    if (pthread_mutex_consistent(&table_->mu) == 0) return true;
-    pthread_mutex_unlock(&table_->mu);
+    if (pthread_mutex_consistent(&table_->mu) != 0) {
+      pthread_mutex_unlock(&table_->mu);
+      return false;
+    }
+  } else if (r != 0) {
     return false;
   }
-  return r == 0;
+  lock_witness::push(kLedgerLock);
+  return true;
 }
 
-void NodeLedger::unlock() noexcept { pthread_mutex_unlock(&table_->mu); }
+void NodeLedger::unlock() noexcept {
+  lock_witness::pop(kLedgerLock);
+  pthread_mutex_unlock(&table_->mu);
+}
 
 std::uint64_t NodeLedger::sum_locked() const noexcept {
   std::uint64_t sum = 0;

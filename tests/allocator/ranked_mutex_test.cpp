@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <mutex>
+#include <shared_mutex>
 #include <thread>
 
 #include "allocator/lock_rank.h"
@@ -62,6 +63,72 @@ TEST(RankedMutexDeathTest, OutOfOrderAcquisitionAbortsNamingBothLocks) {
         std::lock_guard<RankedMutex> b(blocks);
       },
       "taking \"alloc.blocks\" .* while holding \"alloc.blocks\"");
+#endif
+}
+
+// The shared mutex (the runtime's capture-begin lock) takes part in the same
+// order, read or written: a reader holding it may take a higher rank, and
+// one holding a higher rank may not read it.
+TEST(RankedSharedMutex, ReadersAndWritersKeepTheOrder) {
+  RankedSharedMutex begin(5, "runtime.capture_begin");
+  RankedMutex blocks(kRankBlocks, "alloc.blocks");
+  {
+    std::shared_lock<RankedSharedMutex> r1(begin);
+    std::lock_guard<RankedMutex> g(blocks);
+  }
+  {
+    std::unique_lock<RankedSharedMutex> w(begin);
+    std::lock_guard<RankedMutex> g(blocks);
+  }
+  // Two readers at once, on two threads.
+  std::shared_lock<RankedSharedMutex> mine(begin);
+  std::thread t([&] {
+    ASSERT_TRUE(begin.try_lock_shared());
+    begin.unlock_shared();
+    EXPECT_FALSE(begin.try_lock());
+  });
+  t.join();
+}
+
+TEST(RankedMutexDeathTest, ASharedLockOutOfOrderAbortsToo) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "the lock-order witness is compiled out (NDEBUG)";
+#else
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  RankedSharedMutex begin(5, "runtime.capture_begin");
+  RankedMutex blocks(kRankBlocks, "alloc.blocks");
+  EXPECT_DEATH(
+      {
+        std::lock_guard<RankedMutex> g(blocks);
+        std::shared_lock<RankedSharedMutex> r(begin);
+      },
+      "taking \"runtime.capture_begin\" \\(rank 5\\) while holding \"alloc.blocks\" \\(rank 30\\)");
+#endif
+}
+
+// A lock of another kind (the node ledger's process-shared mutex) joins the
+// witness by its LockId.
+TEST(RankedMutexDeathTest, ALockOfAnotherKindJoinsByItsId) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "the lock-order witness is compiled out (NDEBUG)";
+#else
+  ::testing::FLAGS_gtest_death_test_style = "threadsafe";
+  static constexpr LockId ledger{200, "node.ledger"};
+  RankedMutex blocks(kRankBlocks, "alloc.blocks");
+  {
+    std::lock_guard<RankedMutex> g(blocks);
+    lock_witness::check(ledger);
+    lock_witness::push(ledger);
+    lock_witness::pop(ledger);
+  }
+  EXPECT_EQ(lock_witness::held.depth, 0);
+  EXPECT_DEATH(
+      {
+        lock_witness::check(ledger);
+        lock_witness::push(ledger);
+        std::lock_guard<RankedMutex> g(blocks);
+      },
+      "taking \"alloc.blocks\" \\(rank 30\\) while holding \"node.ledger\" \\(rank 200\\)");
 #endif
 }
 

@@ -12,6 +12,9 @@
 #include <map>
 #include <mutex>
 
+#include "allocator/ranked_mutex.h"
+#include "runtime/lock_rank.h"
+
 namespace tierrt {
 
 struct AllocationRecord {
@@ -35,7 +38,7 @@ class AllocationRecords {
   // untiered one.
   static constexpr unsigned long long kIdBase = 1ull << 63;
 
-  mutable std::mutex mu_;  // a leaf: nothing is taken inside it
+  mutable RankedMutex mu_{kRankAllocations, "runtime.allocations"};  // a leaf: nothing is taken inside it
   std::map<CUdeviceptr, AllocationRecord> by_base_;
   unsigned long long next_id_ = kIdBase + 1;
 };

@@ -23,6 +23,8 @@
 #include <mutex>
 #include <shared_mutex>
 
+#include "allocator/ranked_mutex.h"
+#include "runtime/lock_rank.h"
 #include "allocator/allocator.h"
 #include "runtime/allocation_records.h"
 #include "runtime/block_list.h"
@@ -316,7 +318,7 @@ class Engine {
     CUresult r;
     {
       // No context synchronize of tierrt's runs while a capture begins.
-      std::unique_lock<std::shared_mutex> beginning(capture_begin_mu_);
+      std::unique_lock<RankedSharedMutex> beginning(capture_begin_mu_);
       r = forward();
       if (!(r == CUDA_SUCCESS && capture_began(s, mode)) && global) resume_after_capture();
     }
@@ -518,7 +520,7 @@ class Engine {
   // The allocator's context synchronize (a trim of cached blocks): not while
   // a capture is open, which it would end, nor while one begins.
   bool sync_context_unless_capturing() noexcept;
-  std::shared_mutex capture_begin_mu_;
+  RankedSharedMutex capture_begin_mu_{kRankCaptureBegin, "runtime.capture_begin"};
   // The blocks `exec` names; true when some of its nodes could not be read.
   bool collect_graph(CUgraphExec exec, BlockList& out) noexcept;
   void graph_launched(CUgraphExec exec, const BlockList& blocks, CUstream stream, bool unknown,
@@ -550,7 +552,7 @@ class Engine {
   std::atomic<std::uint64_t> launches_{0}, steps_{0};
   std::atomic<std::uint64_t> live_bytes_{0}, peak_live_bytes_{0};
   std::atomic<std::uint64_t> freed_spilled_bytes_{0};
-  std::mutex outputs_mu_;                // one writer of the outputs at a time
+  RankedMutex outputs_mu_{kRankOutputs, "runtime.outputs"};                // one writer of the outputs at a time
   std::unique_ptr<RunMonitor> monitor_;  // last: its thread reads what is above
   AllocationRecords records_;
   int device_ordinal_ = current_device_ordinal();  // made on the thread that has ctx_ current

@@ -32,6 +32,9 @@
 #include <unordered_set>
 #include <vector>
 
+#include "allocator/ranked_mutex.h"
+#include "runtime/lock_rank.h"
+
 namespace tierrt {
 
 class GraphRegistry {
@@ -85,7 +88,7 @@ class GraphRegistry {
   static void set(Record& r, CUgraphNode node, const Addresses& blocks, bool known, bool append);
   static std::shared_ptr<const Named> flatten(const Record& r);
 
-  mutable std::mutex mu_;  // a leaf: no other lock or driver call inside
+  mutable RankedMutex mu_{kRankGraphs, "runtime.graphs"};  // a leaf: no other lock or driver call inside
   std::unordered_map<std::uint64_t, Record> captures_;
   std::unordered_map<CUgraph, Record> graphs_;
   std::unordered_map<CUgraphExec, ExecRecord> execs_;

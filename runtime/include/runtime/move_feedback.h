@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <mutex>
 
+#include "allocator/ranked_mutex.h"
+#include "runtime/lock_rank.h"
 #include "allocator/allocator.h"
 
 namespace tierrt {
@@ -42,7 +44,7 @@ class MoveFeedback final : public alloc::MoveObserver {
   };
   Recorder* recorder_;
   PolicyThread* policy_;
-  std::mutex mu_;  // the batch; copies are reported by the mover thread, off every hot path
+  RankedMutex mu_{kRankMoveFeedback, "runtime.move_feedback"};  // the batch; copies are reported by the mover thread, off every hot path
   Totals totals_[2];
   std::atomic<std::uint64_t> late_{0}, late_ns_{0};
 };

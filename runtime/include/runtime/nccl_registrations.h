@@ -9,6 +9,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "allocator/ranked_mutex.h"
+#include "runtime/lock_rank.h"
 #include "allocator/block.h"
 
 namespace tierrt {
@@ -26,7 +28,7 @@ class NcclRegistrations {
   std::vector<PinnedForNccl> take(void* handle) noexcept;
 
  private:
-  std::mutex mu_;  // a leaf: nothing is taken inside it
+  RankedMutex mu_{kRankNccl, "runtime.nccl"};  // a leaf: nothing is taken inside it
   std::unordered_map<void*, std::vector<PinnedForNccl>> by_handle_;
 };
 

@@ -26,6 +26,9 @@
 #include <mutex>
 #include <span>
 
+#include "allocator/ranked_mutex.h"
+#include "runtime/lock_rank.h"
+
 namespace tierrt {
 
 class PointerTables {
@@ -46,9 +49,9 @@ class PointerTables {
   // What `unit` points to, under lock(): `visit` gets each target block;
   // false when it points to every block, or when a table was lost (one that
   // could not be kept may have been this unit's).
-  std::unique_lock<std::mutex> lock() const noexcept { return std::unique_lock(mu_); }
+  std::unique_lock<RankedMutex> lock() const noexcept { return std::unique_lock(mu_); }
   template <class Visit>
-  bool targets_of(Unit unit, Visit&& visit, const std::unique_lock<std::mutex>&) const noexcept;
+  bool targets_of(Unit unit, Visit&& visit, const std::unique_lock<RankedMutex>&) const noexcept;
   // A copy from [begin, end) of `src` to `dst_unit` at `dst`: the
   // destination now points where the source's copied words did.
   void copied(Unit src_unit, CUdeviceptr begin, CUdeviceptr end, Unit dst_unit, CUdeviceptr dst) noexcept;
@@ -69,7 +72,7 @@ class PointerTables {
   void erase_locked(Table* t) noexcept;
   static void add_locked(Table* t, Unit target) noexcept;
 
-  mutable std::mutex mu_;
+  mutable RankedMutex mu_{kRankPointerTables, "runtime.pointer_tables"};
   Table slots_[kSlots];
   std::uint32_t count_ = 0;
   std::atomic<std::uint32_t> live_{0};  // count_, or more once a table was lost
@@ -77,7 +80,7 @@ class PointerTables {
 };
 
 template <class Visit>
-bool PointerTables::targets_of(Unit unit, Visit&& visit, const std::unique_lock<std::mutex>&) const noexcept {
+bool PointerTables::targets_of(Unit unit, Visit&& visit, const std::unique_lock<RankedMutex>&) const noexcept {
   const Table* t = find_locked(unit);
   if (t == nullptr) return !lost_.load(std::memory_order_relaxed);
   if (t->every) return false;

@@ -27,6 +27,8 @@
 #include <variant>
 #include <vector>
 
+#include "allocator/ranked_mutex.h"
+#include "runtime/lock_rank.h"
 #include "allocator/allocator.h"
 #include "runtime/device_clock.h"
 #include "policies/event.hpp"
@@ -131,12 +133,12 @@ class PolicyThread {
   std::uint64_t tail_ = 0;              // next slot to read (this thread only)
   std::atomic<bool> sleeping_{false};
   std::atomic<bool> stopping_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
+  RankedMutex mu_{kRankPolicyWake, "runtime.policy_wake"};
+  std::condition_variable_any cv_;
   std::atomic<std::uint64_t> dropped_{0}, prefetches_{0}, spills_{0};
   std::atomic<std::uint64_t> demand_reports_{0};
   std::atomic<std::uint64_t> mispredictions_{0}, steps_learned_{0};
-  mutable std::mutex learned_mu_;
+  mutable RankedMutex learned_mu_{kRankLearnedStep, "runtime.learned_step"};
   LearnedStep learned_;  // guarded by learned_mu_
 
   // The launch held back until its duration is known, and the uses that came with it.

@@ -14,6 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "allocator/ranked_mutex.h"
+#include "runtime/lock_rank.h"
+
 namespace tierrt {
 
 // Counters as they stand at one moment; cumulative since the run began.
@@ -92,7 +95,7 @@ class RunMonitor {
   WriteOutputs write_;
   void* context_;
   std::uint64_t start_ns_;
-  mutable std::mutex mu_;
+  mutable RankedMutex mu_{kRankRunMonitor, "runtime.run_monitor"};
   std::deque<StepRow> steps_;
   std::uint64_t steps_dropped_ = 0, steps_closed_ = 0;
   RunCounters run_start_{};       // counters when the monitor started

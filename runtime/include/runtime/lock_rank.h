@@ -1,0 +1,25 @@
+// The runtime's locks in the one order of docs/design.md ("Lock order"):
+// below the allocator's ranks (10-90, allocator/lock_rank.h) the ones that
+// hold the allocator's locks inside them; above, the leaves, inside which
+// nothing is taken. Checked in builds with assertions
+// (allocator/ranked_mutex.h).
+#pragma once
+
+namespace tierrt {
+
+enum RuntimeLockRank : unsigned {
+  kRankStart = 1,          // runtime.start: the engine's creation, once per process
+  kRankOutputs = 2,        // runtime.outputs: one writer of the outputs at a time
+  kRankCaptureBegin = 5,   // runtime.capture_begin: a capture beginning vs. the trim's synchronize
+  kRankPointerTables = 100,
+  kRankRunMonitor = 110,
+  kRankGraphs = 120,
+  kRankAllocations = 130,
+  kRankNccl = 140,
+  kRankPolicyWake = 150,
+  kRankLearnedStep = 160,
+  kRankMoveFeedback = 170,
+  kRankNodeLedger = 200,   // the node's process-shared ledger (a robust pthread mutex)
+};
+
+}  // namespace tierrt
