@@ -12,12 +12,19 @@ thread_local std::uint32_t tl_offsets[4096], tl_sizes[4096];
 // Parameters of f as a function (cuFuncGetParamInfo) or as a kernel
 // (cuKernelGetParamInfo), until the index is past the end (INVALID_VALUE);
 // false when the driver refuses the handle or the count exceeds `cap`.
+// The end is asked for twice: a layout cut short by one failed call would
+// hide the blocks of every later parameter from every launch of f (the
+// layout is kept), and a kernel would then run on spilled memory.
 bool enumerate(CUfunction f, bool as_kernel, std::uint32_t* offsets, std::uint32_t* sizes, std::uint32_t cap,
                std::uint32_t* count) noexcept {
   for (std::uint32_t n = 0;; ++n) {
     size_t off = 0, size = 0;
-    const CUresult r = as_kernel ? TIERRT_CU(cuKernelGetParamInfo, reinterpret_cast<CUkernel>(f), n, &off, &size)
-                                 : TIERRT_CU(cuFuncGetParamInfo, f, n, &off, &size);
+    auto ask = [&] {
+      return as_kernel ? TIERRT_CU(cuKernelGetParamInfo, reinterpret_cast<CUkernel>(f), n, &off, &size)
+                       : TIERRT_CU(cuFuncGetParamInfo, f, n, &off, &size);
+    };
+    CUresult r = ask();
+    if (r == CUDA_ERROR_INVALID_VALUE) r = ask();
     if (r == CUDA_ERROR_INVALID_VALUE) {
       *count = n;
       return true;

@@ -20,6 +20,7 @@ struct Armed {
 struct FaultTable {
   std::mutex mu;
   std::map<std::string, Armed> armed;
+  unsigned long long fired = 0;  // faults that made their call fail, ever
 };
 
 FaultTable& table() {
@@ -46,6 +47,7 @@ CUresult FaultSite::hit_slow() {
   if (++a.calls != a.nth) return CUDA_SUCCESS;
   CUresult e = a.error ? static_cast<CUresult>(a.error) : resource_error_;
   t.armed.erase(it);
+  ++t.fired;
   if (t.armed.empty()) armed_any().store(false);
   return e;
 }
@@ -57,6 +59,12 @@ bool arm_fault(const std::string& name, unsigned long long nth, int error) {
   t.armed[name] = Armed{nth, 0, error};
   FaultSite::armed_any().store(true);
   return true;
+}
+
+unsigned long long faults_fired() {
+  FaultTable& t = table();
+  std::lock_guard lock(t.mu);
+  return t.fired;
 }
 
 void clear_faults() {
@@ -95,3 +103,7 @@ extern "C" __attribute__((visibility("default"))) int simdev_inject_fault(const 
 }
 
 extern "C" __attribute__((visibility("default"))) void simdev_clear_faults(void) { simdev::clear_faults(); }
+
+extern "C" __attribute__((visibility("default"))) unsigned long long simdev_faults_fired(void) {
+  return simdev::faults_fired();
+}

@@ -34,6 +34,8 @@ class FaultSite {
 std::string arm_faults_from_spec(const std::string& spec);
 bool arm_fault(const std::string& name, unsigned long long nth, int error);
 void clear_faults();
+// How many armed faults have made their call fail since the process began.
+unsigned long long faults_fired();
 
 }  // namespace simdev
 

@@ -8,10 +8,16 @@
 // LD_PRELOAD=libtierrt.so, it must give the same bytes.
 //
 //   random_program [seed=N] [ops=N] [threads=N] [faults=0|1] [fault-every=N]
-//                  [graphs=0|1] [tables=0|1] [cap-mib=N] [tierrt=absent|present|spills]
+//                  [graphs=0|1] [tables=0|1] [cap-mib=N] [fail=NAME:NTH]
+//                  [tierrt=absent|present|spills|any]
 //
 // tierrt=spills: tierrt must be running and must have spilled blocks and
-// fetched them back; present: running (observe mode); absent: not loaded.
+// fetched them back; present: running (observe mode); absent: not loaded;
+// any: whichever (a fault may have turned tierrt off, which it says).
+//
+// fail=NAME:NTH (a point of the fault matrix, docs/fault-matrix.md): the
+// NTH call of driver function NAME from the start, the program's own or
+// tierrt's on its behalf, fails; the run fails too if it was never reached.
 // Exit status 0: no wrong byte, every error the program saw is one the
 // driver documents for that call while faults were armed, and no more calls
 // failed than faults were armed.
@@ -51,6 +57,8 @@ uint64_t number(const std::string& key, const std::string& value) {
 struct Settings {
   truth::Options options;
   std::string tierrt = "absent";
+  std::string fail_name;  // fail=NAME:NTH, or empty
+  uint64_t fail_nth = 0;
 };
 
 Settings parse(int argc, char** argv) {
@@ -68,7 +76,14 @@ Settings parse(int argc, char** argv) {
     else if (key == "graphs") s.options.graphs = number(key, value) != 0;
     else if (key == "tables") s.options.tables = number(key, value) != 0;
     else if (key == "cap-mib") s.options.cap_bytes = number(key, value) << 20;
-    else if (key == "tierrt" && (value == "absent" || value == "present" || value == "spills")) s.tierrt = value;
+    else if (key == "fail") {
+      const auto colon = value.find(':');
+      if (colon == std::string::npos || colon == 0) usage("fail=" + value + " is not NAME:NTH");
+      s.fail_name = value.substr(0, colon);
+      s.fail_nth = number(key, value.substr(colon + 1));
+      if (s.fail_nth == 0) usage("fail=" + value + ": NTH counts from 1");
+    } else if (key == "tierrt" && (value == "absent" || value == "present" || value == "spills" || value == "any"))
+      s.tierrt = value;
     else usage("unknown argument " + arg);
   }
   if (s.options.threads == 0 || s.options.fault_every == 0) usage("threads and fault-every must be at least 1");
@@ -107,6 +122,7 @@ bool tierrt_as_expected(const std::string& expect) {
                 static_cast<unsigned long long>(st.launches_seen),
                 static_cast<unsigned long long>(st.device_peak_bytes >> 20),
                 static_cast<unsigned long long>(st.device_budget >> 20));
+  if (expect == "any") return true;
   if (expect == "absent" && running) {
     std::fprintf(stderr, "random_program: tierrt is running, but this run is meant to go without it\n");
     return false;
@@ -139,9 +155,14 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<truth::Worker>> workers;
   for (unsigned i = 0; i < o.threads; ++i)
     workers.push_back(std::make_unique<truth::Worker>(d, kernels, o, i, faults_possible));
-  faults_possible = o.faults;
+  const bool point = !settings.fail_name.empty();
+  if (point && simdev_try_inject_fault(settings.fail_name.c_str(), settings.fail_nth, 0) != 0)
+    usage("simdev cannot fail " + settings.fail_name);
+  faults_possible = o.faults || point;
   // Between the random phase and the final read-back, no fault stays armed.
+  unsigned long long fired = 0;
   std::barrier all_done(static_cast<std::ptrdiff_t>(o.threads), [&]() noexcept {
+    fired = simdev_try_faults_fired();
     simdev_try_clear_faults();
     faults_possible = false;
   });
@@ -158,11 +179,20 @@ int main(int argc, char** argv) {
 
   truth::Tally total;
   for (const auto& w : workers) total.merge(w->tally());
+  if (point) ++total.faults_armed;
   std::printf("random program: seed %llu, %llu operations on %u threads, faults %s, graphs %s, pointer tables %s\n",
               static_cast<unsigned long long>(o.seed), static_cast<unsigned long long>(o.ops), o.threads,
               o.faults ? "on" : "off", o.graphs ? "on" : "off", o.tables ? "on" : "off");
   print_summary(total);
   const bool tiering_ok = tierrt_as_expected(settings.tierrt);
+  // A point of the matrix that was never reached tested nothing.
+  const bool point_reached = !point || fired > 0;
+  if (point)
+    std::printf("fault point %s:%llu %s\n", settings.fail_name.c_str(), static_cast<unsigned long long>(settings.fail_nth),
+                point_reached ? "reached" : "never reached");
+  if (!point_reached)
+    std::fprintf(stderr, "random_program: FAILED: call %llu of %s never came: this point is not on the run's path\n",
+                 static_cast<unsigned long long>(settings.fail_nth), settings.fail_name.c_str());
   if (total.wrong_bytes != 0) std::fprintf(stderr, "random_program: FAILED: wrong bytes\n");
   // Each documented error was allowed one at a time; in all, the faults must
   // account for them, or something between the program and the driver
@@ -172,5 +202,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "random_program: FAILED: %llu calls failed, more than the %llu faults armed\n",
                  static_cast<unsigned long long>(total.failed_calls),
                  static_cast<unsigned long long>(total.faults_armed));
-  return total.wrong_bytes == 0 && tiering_ok && errors_explained ? 0 : 1;
+  return total.wrong_bytes == 0 && tiering_ok && errors_explained && point_reached ? 0 : 1;
 }

@@ -68,6 +68,10 @@ int simdev_inject_fault(const char* name, unsigned long long nth, int error);
 /* Clears every armed fault. */
 void simdev_clear_faults(void);
 
+/* How many armed faults have made their call fail since the process began:
+ * whether an armed fault was reached at all. */
+unsigned long long simdev_faults_fired(void);
+
 /* Device bytes in use right now (what cuMemGetInfo's total - free reports). */
 unsigned long long simdev_device_bytes_in_use(void);
 
@@ -102,6 +106,12 @@ static inline int simdev_try_inject_fault(const char* name, unsigned long long n
 static inline void simdev_try_clear_faults(void) {
   void (*fn)(void) = (void (*)(void))simdev_lookup_("simdev_clear_faults");
   if (fn) fn();
+}
+
+/* 0 on NVIDIA's driver, where no fault is ever injected. */
+static inline unsigned long long simdev_try_faults_fired(void) {
+  unsigned long long (*fn)(void) = (unsigned long long (*)(void))simdev_lookup_("simdev_faults_fired");
+  return fn ? fn() : 0;
 }
 
 #ifdef __cplusplus
