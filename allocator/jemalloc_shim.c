@@ -14,6 +14,11 @@
 
 static const tierrt_je_ops* g_ops;
 
+/* The only options source jemalloc reads (jemalloc_env.c hides the
+ * application's): tierrt allocates from its own arena without a thread
+ * cache, and starts no thread of jemalloc's inside the job. */
+const char* malloc_conf = "narenas:1,tcache:false,background_thread:false";
+
 static void* hook_alloc(extent_hooks_t* h, void* new_addr, size_t size,
                         size_t alignment, bool* zero, bool* commit, unsigned ind) {
   (void)h; (void)ind;
