@@ -128,6 +128,34 @@ TIERRT_UNSANITIZED void* find_libc_function(const char* name) {
   return q.found;
 }
 
+struct NextLookup {
+  const void* caller;
+  const char* name;
+  bool passed;  // the caller's object came already
+  void* found;
+};
+
+TIERRT_UNSANITIZED bool contains(const dl_phdr_info* info, const void* addr) {
+  const auto a = reinterpret_cast<ElfW(Addr)>(addr);
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    const ElfW(Addr) start = info->dlpi_addr + ph.p_vaddr;
+    if (ph.p_type == PT_LOAD && a >= start && a - start < ph.p_memsz) return true;
+  }
+  return false;
+}
+
+// dl_iterate_phdr visits objects in load order, the order RTLD_NEXT follows.
+TIERRT_UNSANITIZED int next_cb(dl_phdr_info* info, size_t, void* data) {
+  auto* q = static_cast<NextLookup*>(data);
+  if (!q->passed) {
+    q->passed = contains(info, q->caller);
+    return 0;
+  }
+  q->found = lookup_in_object(info, q->name);
+  return q->found != nullptr ? 1 : 0;
+}
+
 struct RealDl {
   DlsymFn dlsym = nullptr;
   DlopenFn dlopen = nullptr;
@@ -183,6 +211,13 @@ Table resolve_table() {
 }
 
 }  // namespace
+
+void* next_definition(const void* caller, const char* name, bool* found_caller) noexcept {
+  NextLookup q{caller, name, false, nullptr};
+  dl_iterate_phdr(next_cb, &q);
+  *found_caller = q.passed;
+  return q.found;
+}
 
 namespace detail {
 const Table& table() noexcept {

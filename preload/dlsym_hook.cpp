@@ -40,6 +40,22 @@ bool in_library(void* addr, const char* library) noexcept {
   return std::strncmp(base, library, std::strlen(library)) == 0;
 }
 
+// RTLD_NEXT is relative to the code that called dlsym, which the C library
+// finds from its return address; from here that would be libtierrt.so, and
+// an interposer loaded after tierrt asking for the function after its own
+// would be handed its own back (and call itself forever). So it is resolved
+// here for the caller (versions aside: the driver's functions have none).
+void* lookup(void* handle, const char* name, const void* caller, const char* version) noexcept {
+  if (handle == RTLD_NEXT) {
+    bool found_caller = false;
+    void* next = tierrt::drv::next_definition(caller, name, &found_caller);
+    if (found_caller) return next;
+  }
+  if (version == nullptr) return tierrt::drv::real_dlsym()(handle, name);
+  DlvsymFn fn = libc_dlvsym();
+  return fn ? fn(handle, name, version) : nullptr;
+}
+
 bool is_nccl_name(const char* name) noexcept { return std::strncmp(name, "nccl", 4) == 0; }
 
 void* answer(const char* name, void* found) noexcept {
@@ -61,15 +77,15 @@ void* tierrt_libc_dlsym() {
 __attribute__((visibility("hidden"))) TIERRT_UNSANITIZED
 void* tierrt_libc_dlvsym() { return reinterpret_cast<void*>(libc_dlvsym()); }
 
+// Jumped to from the trampoline: the return address is the caller's.
 __attribute__((visibility("hidden"))) TIERRT_UNSANITIZED
 void* tierrt_dlsym_driver_symbol(void* handle, const char* name) {
-  return answer(name, tierrt::drv::real_dlsym()(handle, name));
+  return answer(name, lookup(handle, name, __builtin_return_address(0), nullptr));
 }
 
 __attribute__((visibility("hidden"))) TIERRT_UNSANITIZED
 void* tierrt_dlvsym_driver_symbol(void* handle, const char* name, const char* version) {
-  DlvsymFn fn = libc_dlvsym();
-  return fn ? answer(name, fn(handle, name, version)) : nullptr;
+  return answer(name, lookup(handle, name, __builtin_return_address(0), version));
 }
 
 #if !defined(__x86_64__) && !defined(__aarch64__)
@@ -79,13 +95,13 @@ void* tierrt_dlvsym_driver_symbol(void* handle, const char* name, const char* ve
 // caller, unless the compiler happens to turn these calls into tail calls.
 TIERRT_UNSANITIZED void* dlsym(void* handle, const char* name) {
   if (name && (name[0] == 'c' ? name[1] == 'u' : name[0] == 'n' && name[1] == 'c' && name[2] == 'c' && name[3] == 'l'))
-    return tierrt_dlsym_driver_symbol(handle, name);
+    return answer(name, lookup(handle, name, __builtin_return_address(0), nullptr));
   return tierrt::drv::real_dlsym()(handle, name);
 }
 
 TIERRT_UNSANITIZED void* dlvsym(void* handle, const char* name, const char* version) {
   if (name && (name[0] == 'c' ? name[1] == 'u' : name[0] == 'n' && name[1] == 'c' && name[2] == 'c' && name[3] == 'l'))
-    return tierrt_dlvsym_driver_symbol(handle, name, version);
+    return answer(name, lookup(handle, name, __builtin_return_address(0), version));
   DlvsymFn fn = libc_dlvsym();
   return fn ? fn(handle, name, version) : nullptr;
 }

@@ -120,8 +120,23 @@ Api cudart_like() {
   return by_proc_address(13000, CU_GET_PROC_ADDRESS_DEFAULT, reinterpret_cast<GetProc2>(self), nullptr);
 }
 
+// Every function as tests/preload/standin_interposer.c finds it with
+// dlsym(RTLD_NEXT, ...) from inside itself, preloaded behind libtierrt.so.
+Api by_interposer_lookups() {
+  auto lookup = reinterpret_cast<void* (*)(const char*)>(dlsym(RTLD_DEFAULT, "standin_lookup"));
+  if (!lookup) fail("the stand-in interposer is not loaded");
+  Api a{};
+#define LOAD_(field, name)                                                          \
+  a.field = reinterpret_cast<decltype(a.field)>(lookup(versioned(name)));           \
+  if (!a.field) fail(std::string("the interposer's dlsym(RTLD_NEXT) of ") + versioned(name));
+  API_FIELDS(LOAD_)
+#undef LOAD_
+  return a;
+}
+
 Api api_for(const std::string& path) {
-  if (path == "direct") return direct();
+  if (path == "direct" || path == "through-interposer") return direct();
+  if (path == "interposer-lookups") return by_interposer_lookups();
   if (path == "dlsym") return by_dlsym();
   if (path == "procaddr-11030") return by_proc_address(11030, 0, nullptr, &::cuGetProcAddress);
   if (path == "procaddr-12000") return by_proc_address(12000, 0, &::cuGetProcAddress_v2, nullptr);
@@ -662,6 +677,12 @@ int main(int argc, char** argv) {
     return 0;  // no free, no sync: the process must still exit cleanly
   } else {
     fail("unknown scenario " + scenario);
+  }
+  if (path == "through-interposer") {
+    auto calls = reinterpret_cast<unsigned long (*)()>(dlsym(RTLD_DEFAULT, "standin_calls"));
+    if (!calls) fail("the stand-in interposer is not loaded");
+    if (calls() == 0) fail("no call went through the stand-in interposer");
+    std::printf("%lu calls went through the stand-in interposer, then tierrt\n", calls());
   }
   return 0;
 }

@@ -83,6 +83,14 @@ using DlopenFn = void* (*)(const char*, int);
 DlsymFn real_dlsym() noexcept;
 DlopenFn real_dlopen() noexcept;
 
+// What dlsym(RTLD_NEXT, name) means to code at `caller`: the first function
+// `name` defined by an object loaded after the caller's, in load order (the
+// symbol's default version). *found_caller is false when no loaded object
+// contains `caller`; null when no later object defines it. Unlike the C
+// library's lookup it also sees objects dlopened with RTLD_LOCAL (the
+// driver, as most programs load it).
+void* next_definition(const void* caller, const char* name, bool* found_caller) noexcept;
+
 // "CUDA_ERROR_OUT_OF_MEMORY"; never calls into the driver for the common codes.
 const char* result_name(CUresult r) noexcept;
 
