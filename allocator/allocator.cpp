@@ -2,6 +2,8 @@
 // statistics. Launch residency is in residency.cpp, the rescue in rescue.cpp.
 #include <cassert>
 #include <new>
+#include <vector>
+#include <new>
 
 #include "parts.h"
 #include "driver/driver.h"
@@ -239,6 +241,31 @@ CUresult Allocator::prefetch(Block* b, CUstream consumer) noexcept {
   return b != nullptr ? p_->mover->fetch(b, consumer, false) : CUDA_ERROR_INVALID_VALUE;
 }
 
+void Allocator::stop_tiering(const char* why) noexcept { p_->mover->stop_tiering(why); }
+const char* Allocator::tiering_stopped() const noexcept { return p_->mover->tiering_stopped(); }
+void Allocator::inject_broken_invariant() noexcept { p_->mover->inject_broken_invariant(); }
+
+std::size_t Allocator::recall() noexcept {
+  drain();  // spills under way end first (resident, once tiering stopped)
+  std::vector<Block*> live;
+  try {
+    live.resize(256);
+    std::size_t n;
+    while ((n = live_blocks(live)) > live.size()) live.resize(n);
+    live.resize(n);
+  } catch (const std::bad_alloc&) {
+    return live_blocks({});  // not known which: they come back when used
+  }
+  std::size_t left = 0;
+  for (Block* b : live) {
+    const State st = b->st();
+    if (st != State::Spilled && st != State::Spilling) continue;
+    const CUresult r = p_->mover->fetch(b, nullptr, /*demand=*/false);
+    if (r == CUDA_ERROR_OUT_OF_MEMORY) ++left;  // no room within the budget
+  }
+  return left;
+}
+
 void Allocator::set_class(Block* b, std::uint8_t lifetime) noexcept { p_->blocks.set_lifetime(b, lifetime); }
 void Allocator::set_observer(MoveObserver* observer) noexcept { p_->mover->set_observer(observer); }
 std::uint64_t Allocator::trim(std::uint64_t bytes) noexcept {
@@ -287,6 +314,7 @@ Stats Allocator::stats() const noexcept {
   s.cache_hits = p_->cache_hits.load(std::memory_order_relaxed);
   s.driver_allocs = p_->blocks_made.load(std::memory_order_relaxed) + p_->slabs.slabs_made();
   s.trimmed_bytes = p_->trimmed.load(std::memory_order_relaxed);
+  s.tiering_stopped = p_->mover->tiering_stopped() != nullptr;
   return s;
 }
 

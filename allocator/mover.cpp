@@ -1,5 +1,6 @@
 #include "mover.h"
 
+#include <cstdio>
 #include <new>
 
 #include "steady_clock.h"
@@ -22,6 +23,7 @@ struct Mover::Op {
   // A copy was enqueued and could not be waited for: the memory it touches
   // is kept (never reused) rather than released under it.
   bool unsettled = false;
+  Op* next = nullptr;  // in the mover's queue
 };
 
 Mover::~Mover() {
@@ -70,7 +72,18 @@ CUresult Mover::record_done(Op* op, CUstream s) noexcept {
 
 // ---- spill ----
 
+bool Mover::stop_tiering(const char* why) noexcept {
+  if (stopping_tiering_.exchange(true, std::memory_order_acq_rel)) return false;
+  std::size_t n = 0;
+  for (; why != nullptr && why[n] != '\0' && n + 1 < kWhyBytes; ++n) why_[n] = why[n];
+  why_[n] = '\0';
+  stopped_.store(why_, std::memory_order_release);
+  if (MoveObserver* o = observer()) o->tiering_stopped(why_);
+  return true;
+}
+
 SpillResult Mover::spill(Block* b) noexcept {
+  if (tiering_stopped() != nullptr) return SpillResult::NotSpillable;
   auto* op = new (std::nothrow) Op(Move::Spill, b);
   if (op == nullptr) {
     spills_failed_.fetch_add(1, std::memory_order_relaxed);
@@ -286,8 +299,12 @@ UseEvent* Mover::publish_fetch(Op* op, bool demand) noexcept {
 
 void Mover::queue(Op* op) noexcept {
   {
+    // Linked through the ops themselves: queueing allocates nothing, so a
+    // copy already enqueued is always finalised.
     std::lock_guard<RankedMutex> g(queue_mu_);
-    queue_.push_back(op);
+    op->next = nullptr;
+    (queue_tail_ != nullptr ? queue_tail_->next : queue_head_) = op;
+    queue_tail_ = op;
   }
   queued_.notify_one();
 }
@@ -296,10 +313,11 @@ void Mover::run() noexcept {
   (void)TIERRT_CU(cuCtxSetCurrent, arena_.context());
   std::unique_lock<RankedMutex> l(queue_mu_);
   for (;;) {
-    queued_.wait(l, [&] { return stopping_ || !queue_.empty(); });
-    if (queue_.empty()) return;  // stopping, and nothing left
-    Op* op = queue_.front();
-    queue_.pop_front();
+    queued_.wait(l, [&] { return stopping_ || queue_head_ != nullptr; });
+    if (queue_head_ == nullptr) return;  // stopping, and nothing left
+    Op* op = queue_head_;
+    queue_head_ = op->next;
+    if (queue_head_ == nullptr) queue_tail_ = nullptr;
     l.unlock();
     finalize(op);
     l.lock();
@@ -330,17 +348,30 @@ void Mover::finalize(Op* op) noexcept {
 
 void Mover::finalize_spill(Op* op) noexcept {
   Block* b = op->b;
+  const char* broken = nullptr;
+  bool unmap = false;
   {
     auto l = blocks_.lock();
     if (b->st() != State::Spilling || b->gen != op->gen) return;  // aborted
-    if (op->unsettled) {  // the copy's end is unknown: the block stays
+    broken = broken_spill_invariant(*b);
+    if (op->unsettled || broken != nullptr || tiering_stopped() != nullptr) {
+      // The copy's end is unknown, an invariant is broken or tiering
+      // stopped: the block stays, its device memory untouched (the copy
+      // only read it).
       spills_failed_.fetch_add(1, std::memory_order_relaxed);
       ++b->gen;
       blocks_.set_state(b, State::Resident, l);
-      return;
+    } else {
+      b->remapping = true;  // no pins exist (checked above), and none may start
+      unmap = true;
     }
-    b->remapping = true;  // no pins can exist: a use would have aborted the spill
   }
+  if (broken != nullptr) {  // told with the lock released: the observer logs
+    char why[kWhyBytes];
+    std::snprintf(why, sizeof why, "the mover found %s", broken);
+    stop_tiering(why);
+  }
+  if (!unmap) return;
   // The copy completed (wait_copy saw its event or its stream finish), and
   // with it every use it waited for: the device chunk may go.
   const CUresult r = backing_.leave_device(b, op->host);
@@ -359,6 +390,15 @@ void Mover::finalize_spill(Op* op) noexcept {
     ++b->gen;
     blocks_.set_state(b, State::Resident, l);
   }
+}
+
+// Checked in every build: a spill about to unmap its block has no launch
+// pin (a use aborts a spill); unmapping a pinned block would fault a kernel
+// that was given its address. Containing it costs one spill.
+const char* Mover::broken_spill_invariant(const Block& b) noexcept {
+  if (injected_.exchange(false, std::memory_order_relaxed)) return "a broken invariant injected by a test";
+  if (b.pins.load(std::memory_order_seq_cst) != 0) return "a spilling block pinned by a launch";
+  return nullptr;
 }
 
 void Mover::finalize_fetch(Op* op) noexcept {

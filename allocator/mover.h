@@ -17,7 +17,11 @@
 // - a move that fails at any step leaves the block where its bytes are (a
 //   spill: resident; a fetch: spilled, in remap mode on its host copy), and
 //   memory a copy may still touch, or a VA is still mapped onto, is kept,
-//   never released or reused under it.
+//   never released or reused under it;
+// - once tiering is stopped (stop_tiering: a failure tierrt could not
+//   recover from in its own machinery) no spill starts and a spill under way
+//   ends with its block resident; fetches go on, so that spilled blocks come
+//   back.
 #pragma once
 
 #include <cuda.h>
@@ -26,7 +30,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <span>
 
 #include "allocator/allocator.h"
@@ -62,6 +65,16 @@ class Mover {
   void hold_locked() noexcept { ++held_; }
   void resume_locked() noexcept { --held_; }
 
+  // Stops tiering for good; true for the call that stopped it. `why` is
+  // copied (a line of the log, at most kWhyBytes - 1 bytes of it).
+  bool stop_tiering(const char* why) noexcept;
+  // Null while tiering runs; else why it stopped.
+  const char* tiering_stopped() const noexcept { return stopped_.load(std::memory_order_acquire); }
+  // The next spill the mover thread finalises finds a broken invariant: how
+  // tests reach the containment of one (MoverContainment tests).
+  void inject_broken_invariant() noexcept { injected_.store(true, std::memory_order_relaxed); }
+  static constexpr std::size_t kWhyBytes = 160;
+
   void set_observer(MoveObserver* o) noexcept { observer_.store(o, std::memory_order_release); }
   MoveObserver* observer() const noexcept { return observer_.load(std::memory_order_acquire); }
   CUstream fetch_stream() const noexcept { return h2d_; }
@@ -90,6 +103,9 @@ class Mover {
   void finalize_spill(Op* op) noexcept;
   void finalize_fetch(Op* op) noexcept;
   void report(const Op& op) noexcept;
+  // What is wrong with a spill about to be finalised (null: nothing); the
+  // caller keeps the block resident and stops tiering.
+  const char* broken_spill_invariant(const Block& b) noexcept;
 
   BlockStates& blocks_;
   DeviceArena& arena_;
@@ -102,11 +118,17 @@ class Mover {
   // finalises with it released.
   RankedMutex queue_mu_{kRankMoveQueue, "alloc.move_queue"};
   std::condition_variable_any queued_;
-  std::deque<Op*> queue_;
+  Op* queue_head_ = nullptr;  // oldest first
+  Op* queue_tail_ = nullptr;
   bool stopping_ = false;
   pthread_t thread_{};
   bool running_ = false;
   int held_ = 0;  // guarded by alloc.blocks
+  // Set once (stop_tiering); points into why_, written before it.
+  std::atomic<const char*> stopped_{nullptr};
+  std::atomic<bool> stopping_tiering_{false};
+  std::atomic<bool> injected_{false};
+  char why_[kWhyBytes] = {};
 
   // Attempts and completions apart (Stats): a failed move is never counted
   // as done.

@@ -30,7 +30,7 @@ STATS_FIELDS = (
     "spills", "bytes_spilled", "fetches", "demand_fetches", "bytes_fetched",
     "launches_seen", "steps_marked", "planned_spills", "planned_prefetches", "late_fetches",
     "d2h_bytes_per_s", "h2d_bytes_per_s", "mispredictions", "steps_learned",
-    "spills_aborted", "spills_failed", "fetches_failed", "over_budget",
+    "spills_aborted", "spills_failed", "fetches_failed", "over_budget", "tiering_stopped",
 )
 
 

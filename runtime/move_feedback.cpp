@@ -13,6 +13,11 @@ void MoveFeedback::over_budget(std::uint64_t used, std::uint64_t limit) noexcept
              static_cast<unsigned long long>(limit >> 20));
 }
 
+void MoveFeedback::tiering_stopped(const char* why) noexcept {
+  TIERRT_LOG(Error, "tiering stopped: %s; no block is spilled from now on, spilled blocks come back, the job goes on",
+             why);
+}
+
 void MoveFeedback::demand_fetch(const alloc::Block& b) noexcept {
   if (recorder_ && recorder_->samples_on()) recorder_->mark(SampleKind::DemandFetch, b.va, b.size);
   if (policy_) policy_->post_demand_fetch(b.va);

@@ -1,6 +1,8 @@
 #include "runtime/policy_thread.h"
 
+#include <cstdio>
 #include <exception>
+#include <stdexcept>
 #include <chrono>
 
 #include "driver/driver.h"
@@ -103,13 +105,24 @@ void PolicyThread::run() {
   std::uint64_t ns = 0;
   for (;;) {
     try {
+      if (inject_exception_.exchange(false, std::memory_order_relaxed))
+        throw std::runtime_error("an exception injected by a test");
       while (!failed_ && take(&m, &ns)) handle(m, ns);
       if (!failed_) read_clock();
     } catch (const std::exception& x) {
-      // The planner is an optimisation: whatever goes wrong in it must not
-      // take the job down.
-      TIERRT_LOG(Error, "the planner stopped (%s); the reactive policy stays in charge", x.what());
+      // Whatever goes wrong in the planner must not take the job down, and
+      // what it left half done cannot be trusted to move bytes: tiering
+      // stops (one log line, from the allocator's observer).
+      char why[160];
+      std::snprintf(why, sizeof why, "the planner threw (%s)", x.what());
+      allocator_.stop_tiering(why);
       failed_ = true;
+    }
+    // Stopped here or by the mover: bring back what fits, once.
+    if (!recalled_ && allocator_.tiering_stopped() != nullptr) {
+      recalled_ = true;
+      const std::size_t left = allocator_.recall();
+      if (left > 0) TIERRT_LOG(Info, "%zu spilled blocks stay on the host until used (the budget is full)", left);
     }
     while (failed_ && take(&m, &ns)) {
     }  // drained, not planned: the reactive policy is in charge

@@ -74,6 +74,8 @@ void write_text(FILE* f, const Report& r) {
   std::fprintf(f, "  peak device memory      %10.1f MiB with tiering, %.1f MiB without (peak of live tracked bytes)\n",
                mib(t.device_peak_bytes), mib(t.peak_bytes_untiered));
   std::fprintf(f, "  budgets                 %10.1f MiB device, %.1f MiB host\n", mib(t.device_budget), mib(t.host_budget));
+  if (t.tiering_stopped)
+    std::fprintf(f, "  TIERING STOPPED         after a failure of tierrt's own (see the log): nothing spilled since\n");
   if (t.over_budget)
     std::fprintf(f, "  over the device budget  %10llu times (nothing more could be spilled; the device had room)\n",
                  ull(t.over_budget));
@@ -143,6 +145,7 @@ void write_json(FILE* f, const Report& r) {
   std::fprintf(f, "  \"device\": {\"peak_bytes\": %llu, \"peak_bytes_without_tiering\": %llu, \"budget_bytes\": %llu, "
                "\"bytes_in_use\": %llu, \"over_budget\": %llu},\n", ull(t.device_peak_bytes), ull(t.peak_bytes_untiered),
                ull(t.device_budget), ull(t.device_bytes_in_use), ull(t.over_budget));
+  std::fprintf(f, "  \"tiering_stopped\": %s,\n", t.tiering_stopped ? "true" : "false");
   std::fprintf(f, "  \"host\": {\"peak_bytes\": %llu, \"budget_bytes\": %llu, \"bytes_in_use\": %llu},\n",
                ull(t.host_peak_bytes), ull(t.host_budget), ull(t.host_bytes_in_use));
   std::fprintf(f, "  \"moves\": {\"spills\": %llu, \"spills_aborted\": %llu, \"spills_failed\": %llu, "
@@ -216,6 +219,7 @@ void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
   t.spills_failed = s.spills_failed;
   t.fetches_failed = s.fetches_failed;
   t.over_budget = s.over_budget;
+  t.tiering_stopped = s.tiering_stopped ? 1 : 0;
   t.bytes_spilled = s.bytes_spilled;
   t.fetches = s.fetches;
   t.demand_fetches = s.demand_fetches;

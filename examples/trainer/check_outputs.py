@@ -32,6 +32,7 @@ SVG = "{http://www.w3.org/2000/svg}"
 
 REPORT_FIELDS = {
     "pid": None,
+    "tiering_stopped": None,
     "device": ["peak_bytes", "peak_bytes_without_tiering", "budget_bytes", "bytes_in_use", "over_budget"],
     "host": ["peak_bytes", "budget_bytes", "bytes_in_use"],
     "moves": ["spills", "bytes_spilled", "fetches", "demand_fetches", "bytes_fetched", "bytes_freed_while_spilled",
@@ -88,6 +89,8 @@ def check_report(path, pid):
                 fail(f"the report lacks '{field}.{name}'")
     if r["pid"] != pid:
         fail(f"the report names pid {r['pid']}, the trainer was {pid}")
+    if r["tiering_stopped"] is not False:
+        fail(f"tiering stopped in a run where nothing of tierrt's failed: {r['tiering_stopped']}")
     m = r["moves"]
     if m["bytes_spilled"] == 0:
         fail("nothing was spilled: the test shows nothing")

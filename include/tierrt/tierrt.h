@@ -66,6 +66,7 @@ typedef struct tierrt_stats {
   uint64_t spills_failed;           /* spills (counted in spills) a driver call failed: the block stayed resident */
   uint64_t fetches_failed;          /* fetches that could not start (not in fetches): the block stayed where its bytes were */
   uint64_t over_budget;             /* device claims that passed device_budget while the device had room */
+  uint64_t tiering_stopped;         /* 1 once tierrt stopped tiering after a failure of its own (see the log) */
 } tierrt_stats;
 
 /* "0.1.0" */

@@ -177,6 +177,12 @@ struct RecordingObserver final : MoveObserver {
     ++late;
     late_ns += ns;
   }
+  std::atomic<int> stopped{0};
+  std::string stopped_why;  // written before `stopped`
+  void tiering_stopped(const char* why) noexcept override {
+    stopped_why = why;
+    ++stopped;
+  }
   void copy_done(Direction d, std::uint64_t n, std::uint64_t ns) noexcept override {
     ++(d == Direction::ToHost ? to_host : to_device);
     bytes += n;
@@ -185,6 +191,86 @@ struct RecordingObserver final : MoveObserver {
     }
   }
 };
+
+// Contained failure: the mover finds a broken invariant while it finalises
+// a spill. Tiering stops (the observer hears it once), that spill ends with
+// its block resident, no spill starts any more, spilled blocks come back,
+// allocations over the budget pass it, and every byte is as written.
+TEST_P(Modes, ContainedBrokenInvariantStopsTieringAndKeepsEveryByte) {
+  Options o;
+  o.device_budget = 32 * MiB;
+  auto a = make(GetParam(), o);
+  RecordingObserver seen;
+  a->set_observer(&seen);
+  std::vector<Block*> bs;
+  for (int i = 0; i < 6; ++i) {
+    bs.push_back(alloc(*a, 4 * MiB));
+    CU_OK(fill(*a, bs.back(), nullptr, 300 + i));
+  }
+  ASSERT_EQ(a->spill(bs[0]), SpillResult::Started);
+  a->drain();
+  ASSERT_EQ(bs[0]->st(), State::Spilled);
+
+  a->inject_broken_invariant();
+  ASSERT_EQ(a->spill(bs[1]), SpillResult::Started);
+  a->drain();
+  EXPECT_EQ(bs[1]->st(), State::Resident);  // the spill under way ended with its block resident
+  EXPECT_EQ(seen.stopped.load(), 1);
+  EXPECT_NE(seen.stopped_why.find("injected by a test"), std::string::npos) << seen.stopped_why;
+  ASSERT_NE(a->tiering_stopped(), nullptr);
+  EXPECT_TRUE(a->stats().tiering_stopped);
+  const std::uint64_t spills = a->stats().spills;
+  EXPECT_EQ(a->spill(bs[2]), SpillResult::NotSpillable);
+  a->stop_tiering("again");  // idempotent: heard once
+  EXPECT_EQ(seen.stopped.load(), 1);
+
+  EXPECT_EQ(a->recall(), 0u);
+  a->drain();
+  EXPECT_EQ(bs[0]->st(), State::Resident);
+  // Past the budget with nothing spilled: the device has room.
+  for (int i = 0; i < 6; ++i) {
+    bs.push_back(alloc(*a, 4 * MiB));
+    CU_OK(fill(*a, bs.back(), nullptr, 300 + bs.size() - 1));
+  }
+  EXPECT_GT(a->stats().device_used, o.device_budget);
+  EXPECT_EQ(a->stats().spills, spills);
+  for (std::size_t i = 0; i < bs.size(); ++i) {
+    EXPECT_EQ(bs[i]->st(), State::Resident) << i;
+    std::vector<std::uint8_t> got;
+    CU_OK(read(*a, bs[i], &got));
+    EXPECT_EQ(got, expected(4 * MiB, 300 + i)) << i;
+  }
+  for (Block* b : bs) CU_OK(a->free(b->va, nullptr));
+  a->set_observer(nullptr);
+}
+
+// Tiering stopped while a spill's copy is on its way: the block stays
+// resident with its bytes, and recall() brings back what was spilled before.
+TEST_P(Modes, TieringStoppedMidSpillLeavesTheBlockResident) {
+  auto a = make(GetParam());
+  Block* done = alloc(*a, 8 * MiB);
+  Block* moving = alloc(*a, 64 * MiB);  // 16 ms at the throttled 4 GB/s
+  CU_OK(fill(*a, done, nullptr, 41));
+  CU_OK(fill(*a, moving, nullptr, 42));
+  ASSERT_EQ(a->spill(done), SpillResult::Started);
+  a->drain();
+  ASSERT_EQ(a->spill(moving), SpillResult::Started);
+  a->stop_tiering("stopped by the test");
+  a->drain();
+  EXPECT_EQ(moving->st(), State::Resident);
+  EXPECT_GE(a->stats().spills_failed, 1u);
+  EXPECT_EQ(done->st(), State::Spilled);
+  EXPECT_EQ(a->recall(), 0u);
+  a->drain();
+  EXPECT_EQ(done->st(), State::Resident);
+  std::vector<std::uint8_t> got;
+  CU_OK(read(*a, moving, &got));
+  EXPECT_EQ(got, expected(64 * MiB, 42));
+  CU_OK(read(*a, done, &got));
+  EXPECT_EQ(got, expected(8 * MiB, 41));
+  CU_OK(a->free(done->va, nullptr));
+  CU_OK(a->free(moving->va, nullptr));
+}
 
 TEST_P(Modes, ObserverHearsCopyTimesDemandAndLateFetches) {
   auto a = make(GetParam());

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <thread>
 #include <vector>
@@ -38,6 +39,29 @@ class EngineTest : public ::testing::Test {
     return engine_->free_async(p, nullptr, [] { return CUDA_ERROR_NOT_FOUND; });
   }
 
+  // One step: 16 activations of 8 MiB written forward, checked on the
+  // device and freed backward (a wrong word counts in `bad`, read here).
+  void train_step(uint32_t step, CUdeviceptr bad) {
+    const uint32_t layers = 16;
+    const size_t bytes = 8u << 20, n = bytes / 4;
+    std::vector<CUdeviceptr> act(layers);
+    for (uint32_t l = 0; l < layers; ++l) {
+      ASSERT_EQ(CUDA_SUCCESS, engine_->allocate(&act[l], bytes, nullptr));
+      void* p[] = {&act[l], const_cast<size_t*>(&n), &step, &l};
+      ASSERT_EQ(CUDA_SUCCESS, launch(fwd_, p));
+    }
+    for (uint32_t l = layers; l-- > 0;) {
+      void* p[] = {&act[l], const_cast<size_t*>(&n), &step, &l, &bad};
+      ASSERT_EQ(CUDA_SUCCESS, launch(bwd_, p));
+      ASSERT_EQ(CUDA_SUCCESS, free_tracked(act[l]));
+    }
+    engine_->note_step();
+    uint32_t wrong = 1;
+    ASSERT_EQ(CUDA_SUCCESS, engine_->access({{bad, 4}}, CU_STREAM_LEGACY,
+                                            [&] { return TIERRT_CU(cuMemcpyDtoH, &wrong, bad, 4); }));
+    ASSERT_EQ(0u, wrong) << "step " << step;
+  }
+
   CUfunction fwd_ = nullptr, bwd_ = nullptr;
   CUcontext ctx_ = nullptr;
   Engine* engine_ = nullptr;
@@ -64,26 +88,7 @@ TEST_F(EngineTest, TrainingLoopKeepsEveryActivationWhileAnotherThreadAllocates) 
   CUdeviceptr weights;
   ASSERT_EQ(CUDA_SUCCESS, engine_->allocate(&weights, 4u << 20, nullptr));
 
-  const uint32_t layers = 16, steps = 5;
-  const size_t bytes = 8u << 20, n = bytes / 4;
-  std::vector<CUdeviceptr> act(layers);
-  for (uint32_t step = 0; step < steps; ++step) {
-    for (uint32_t l = 0; l < layers; ++l) {
-      ASSERT_EQ(CUDA_SUCCESS, engine_->allocate(&act[l], bytes, nullptr));
-      void* p[] = {&act[l], const_cast<size_t*>(&n), &step, &l};
-      ASSERT_EQ(CUDA_SUCCESS, launch(fwd_, p));
-    }
-    for (uint32_t l = layers; l-- > 0;) {
-      void* p[] = {&act[l], const_cast<size_t*>(&n), &step, &l, &bad};
-      ASSERT_EQ(CUDA_SUCCESS, launch(bwd_, p));
-      ASSERT_EQ(CUDA_SUCCESS, free_tracked(act[l]));
-    }
-    engine_->note_step();
-    uint32_t wrong = 1;
-    ASSERT_EQ(CUDA_SUCCESS, engine_->access({{bad, 4}}, CU_STREAM_LEGACY,
-                                            [&] { return TIERRT_CU(cuMemcpyDtoH, &wrong, bad, 4); }));
-    ASSERT_EQ(0u, wrong) << "step " << step;
-  }
+  for (uint32_t step = 0; step < 5; ++step) ASSERT_NO_FATAL_FAILURE(train_step(step, bad));
   stop.store(true);
   churn.join();
   const alloc::Stats s = engine_->allocator_stats();
@@ -103,6 +108,53 @@ TEST_F(EngineTest, TrainingLoopKeepsEveryActivationWhileAnotherThreadAllocates) 
   }
   // What the planner learned of lifetimes shows in the allocator's stats.
   EXPECT_GE(s.class_bytes[1], 4u << 20) << "the weights were not classed persistent";
+}
+
+// Contained failure (its own process: tiering stops for good). The planner
+// throws in the middle of a run: tiering stops, blocks spilled before come
+// back, nothing is spilled after, and the job goes on with every activation
+// intact, past the device budget (the device has room).
+TEST_F(EngineTest, ContainedPlannerExceptionStopsTieringAndTheJobGoesOn) {
+  CUdeviceptr bad, weights;
+  ASSERT_EQ(CUDA_SUCCESS, engine_->allocate(&bad, 4096, nullptr));
+  ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuMemsetD32, bad, 0, 1));
+  ASSERT_EQ(CUDA_SUCCESS, engine_->allocate(&weights, 16u << 20, nullptr));
+  ASSERT_EQ(CUDA_SUCCESS, engine_->access({{weights, 16u << 20}}, CU_STREAM_LEGACY, [&] {
+    return TIERRT_CU(cuMemsetD32, weights, 0x5eed, (16u << 20) / 4);
+  }));
+  uint32_t step = 0;
+  for (; step < 3; ++step) ASSERT_NO_FATAL_FAILURE(train_step(step, bad));
+  ASSERT_GT(engine_->allocator_stats().spills_done, 0u) << "nothing was spilled before the failure";
+  // The weights are idle: spilled now (unless the planner did already), to
+  // be called back after the failure.
+  (void)engine_->advise(weights, TIERRT_ADVISE_SPILL);
+  const auto spilled_now = [&] { return engine_->allocator_stats().blocks[static_cast<int>(alloc::State::Spilled)]; };
+  for (int i = 0; i < 2000 && spilled_now() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_GT(spilled_now(), 0u) << "nothing spilled to call back";
+
+  ASSERT_NE(nullptr, engine_->planner());
+  engine_->planner_for_tests()->inject_exception();
+  for (int i = 0; i < 2000 && !engine_->allocator_stats().tiering_stopped; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_TRUE(engine_->allocator_stats().tiering_stopped) << "the planner's failure did not stop tiering";
+  tierrt_stats t{};
+  t.struct_size = sizeof t;
+  engine_->public_stats(&t);
+  EXPECT_EQ(1u, t.tiering_stopped);
+  // The recall comes right after the stop, on the planner's thread.
+  for (int i = 0; i < 2000 && spilled_now() > 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_EQ(0u, spilled_now()) << "spilled blocks were not called back";
+
+  const std::uint64_t spills = engine_->allocator_stats().spills;
+  for (; step < 6; ++step) ASSERT_NO_FATAL_FAILURE(train_step(step, bad));
+  const alloc::Stats s = engine_->allocator_stats();
+  EXPECT_EQ(spills, s.spills) << "a spill started after tiering stopped";
+  EXPECT_GT(s.device_used, s.device_budget);
+  std::vector<uint32_t> w((16u << 20) / 4);
+  ASSERT_EQ(CUDA_SUCCESS, engine_->access({{weights, 16u << 20}}, CU_STREAM_LEGACY, [&] {
+    return TIERRT_CU(cuMemcpyDtoH, w.data(), weights, 16u << 20);
+  }));
+  for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(0x5eedu, w[i]) << "weights word " << i;
 }
 
 }  // namespace

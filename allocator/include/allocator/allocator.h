@@ -54,7 +54,8 @@ struct Stats {
   std::uint64_t allocs = 0, cache_hits = 0, driver_allocs = 0;
   // Attempts and completions are counted apart: spills started, of which
   // done (the block became SPILLED), aborted (used or freed first) or failed
-  // (a driver call failed: the block stayed resident); fetches started (for
+  // (a driver call failed, or tiering stopped under it: the block stayed
+  // resident); fetches started (for
   // a launch: demand), of which done (the copy went out; demand_fetches ⊆
   // fetches) or failed (the block stayed where its bytes were).
   std::uint64_t spills = 0, spills_done = 0, spills_aborted = 0, spills_failed = 0, spills_refused_host_full = 0;
@@ -63,6 +64,7 @@ struct Stats {
   std::uint64_t over_budget = 0;  // device claims that passed the budget (the device had room)
   std::uint64_t bytes_spilled = 0, bytes_fetched = 0;
   std::uint64_t rescues = 0, trimmed_bytes = 0;
+  bool tiering_stopped = false;  // Allocator::stop_tiering: no spill starts
 };
 
 // What the mover saw, for whoever plans the moves (the runtime's policy).
@@ -86,6 +88,9 @@ class MoveObserver {
     (void)used;
     (void)limit;
   }
+  // Tiering stopped (Allocator::stop_tiering), from the thread that stopped
+  // it, with no lock of the allocator's held; once per allocator.
+  virtual void tiering_stopped(const char* why) noexcept { (void)why; }
 
  protected:
   ~MoveObserver() = default;
@@ -158,6 +163,24 @@ class Allocator {
   // capture pass capturing = true: the blocks then stay resident for good.
   CUresult record_use(std::span<Block* const> blocks, CUstream stream,
                       bool capturing = false) noexcept;
+
+  // Contained failure: tierrt's own machinery went wrong (a broken
+  // invariant, an exception where none was expected) and cannot be trusted
+  // to move bytes. From now on no spill starts (spill() answers
+  // NotSpillable, an allocation over the budget passes it while the device
+  // has room), a spill under way ends with its block resident, and spilled
+  // blocks come back: by recall(), or when a launch or copy names them.
+  // `why` goes to the observer (one log line). Any thread; idempotent.
+  void stop_tiering(const char* why) noexcept;
+  // Null while tiering runs, else why it stopped.
+  const char* tiering_stopped() const noexcept;
+  // Brings spilled blocks back while the budget has room, spilling nothing;
+  // returns how many stay spilled (they come back when used). Not from the
+  // mover's thread (a fetch of a block still moving waits for it).
+  std::size_t recall() noexcept;
+  // The next spill the mover finalises finds a broken invariant (for tests
+  // of the containment).
+  void inject_broken_invariant() noexcept;
 
   // The block's lifetime class (0: unknown; 1..7: the runtime's classes).
   void set_class(Block* b, std::uint8_t lifetime) noexcept;

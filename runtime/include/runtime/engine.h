@@ -291,6 +291,7 @@ class Engine {
   std::uint64_t steps() const noexcept { return steps_.load(); }
   std::uint64_t peak_live_bytes() const noexcept { return peak_live_bytes_.load(); }
   const PolicyThread* planner() const noexcept { return policy_.get(); }
+  PolicyThread* planner_for_tests() noexcept { return policy_.get(); }  // to inject a failure
   const MoveFeedback& moves() const noexcept { return *feedback_; }
   // Bytes of blocks freed while spilled (their bytes never came back).
   std::uint64_t bytes_freed_while_spilled() const noexcept { return freed_spilled_bytes_.load(); }

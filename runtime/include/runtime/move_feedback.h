@@ -27,6 +27,8 @@ class MoveFeedback final : public alloc::MoveObserver {
   void copy_done(Direction d, std::uint64_t bytes, std::uint64_t ns) noexcept override;
   // One log line: the job needs more than the device budget (once per run).
   void over_budget(std::uint64_t used, std::uint64_t limit) noexcept override;
+  // One log line: a failure of tierrt's own was contained (Allocator::stop_tiering).
+  void tiering_stopped(const char* why) noexcept override;
 
   // Over the whole run: bytes per second of device copy time; 0 before the first copy.
   std::uint64_t bytes_per_s(Direction d) const noexcept;

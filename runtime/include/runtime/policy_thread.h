@@ -79,6 +79,10 @@ class PolicyThread {
   };
   LearnedStep learned_step() const;
 
+  // The thread throws at its next turn, as a failing planner would: how
+  // tests reach the containment (tiering stops, the job goes on).
+  void inject_exception() noexcept { inject_exception_.store(true, std::memory_order_relaxed); }
+
  private:
   // What a slot carries: an event, or one of the mover's reports.
   struct TimedLaunch {
@@ -153,6 +157,8 @@ class PolicyThread {
   std::uint64_t last_sample_ = UINT64_MAX;
   double device_launch_ns_ = 0;         // running mean of a launch's device time; 0: none yet
   bool failed_ = false;  // the policy threw: events are drained, nothing planned
+  bool recalled_ = false;  // tiering stopped, and spilled blocks were called back
+  std::atomic<bool> inject_exception_{false};
 
   // Triggers that could not be carried out yet, tried again at each launch.
   struct Deferred {
