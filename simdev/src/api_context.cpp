@@ -5,10 +5,6 @@
 #include "state.h"
 #include "stream.h"
 
-namespace simdev {
-std::vector<Context*>& context_stack();
-}
-
 using namespace simdev;
 
 namespace {
@@ -25,7 +21,7 @@ Context* new_context(bool primary, unsigned flags) {
 
 void set_current(Context* c) {
   auto& stack = context_stack();
-  if (stack.empty()) stack.push_back(c);
+  if (stack.empty()) stack.push_back(c);  // never full when empty
   else stack.back() = c;
 }
 
@@ -99,6 +95,7 @@ SIMDEV_API CUresult CUDAAPI cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* p
   if (!pctx || !valid_flags(flags)) return CUDA_ERROR_INVALID_VALUE;
   if (params && (params->execAffinityParams || params->cigParams)) return CUDA_ERROR_NOT_SUPPORTED;
   if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (context_stack().full()) return CUDA_ERROR_OUT_OF_MEMORY;
   Context* c;
   {
     State& s = state();
@@ -155,6 +152,7 @@ SIMDEV_API CUresult CUDAAPI cuCtxGetCurrent(CUcontext* pctx) {
 SIMDEV_API CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx) {
   SIMDEV_ENTER("cuCtxPushCurrent_v2", CUDA_ERROR_INVALID_CONTEXT);
   if (!ctx || !valid_context(ctx)) return CUDA_ERROR_INVALID_CONTEXT;
+  if (context_stack().full()) return CUDA_ERROR_OUT_OF_MEMORY;
   context_stack().push_back(reinterpret_cast<Context*>(ctx));
   return CUDA_SUCCESS;
 }

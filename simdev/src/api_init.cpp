@@ -1,4 +1,5 @@
 // Initialisation, versions and the one simulated device.
+#include <pthread.h>
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -27,6 +28,13 @@ CUresult initialize() {
     setrlimit(RLIMIT_NOFILE, &lim);
   }
   if (CUresult e = s.memory.init(s.config.va_bytes, s.config.device_bytes, s.config.host_bytes)) return e;
+  // CUDA does not survive fork: a child forked after initialisation finds
+  // no driver threads and no contexts, and every call it makes fails, cuInit
+  // included (see README: fork).
+  pthread_atfork(nullptr, nullptr, [] {
+    state().forked_child.store(true, std::memory_order_relaxed);
+    state().initialized.store(false, std::memory_order_release);
+  });
   s.initialized.store(true, std::memory_order_release);
   return CUDA_SUCCESS;
 }
@@ -38,6 +46,7 @@ CUresult check_device(CUdevice dev) { return dev >= 0 && dev < kDeviceCount ? CU
 SIMDEV_API CUresult CUDAAPI cuInit(unsigned int flags) {
   SIMDEV_FAULT_POINT("cuInit", CUDA_ERROR_NO_DEVICE);
   if (flags != 0) return CUDA_ERROR_INVALID_VALUE;
+  if (state().forked_child.load(std::memory_order_relaxed)) return CUDA_ERROR_NOT_INITIALIZED;
   static std::once_flag once;
   static CUresult result = CUDA_SUCCESS;
   std::call_once(once, [] { result = initialize(); });

@@ -9,7 +9,7 @@ namespace simdev {
 
 namespace {
 
-thread_local std::vector<Context*> tl_context_stack;
+thread_local ContextStack tl_context_stack;  // zero-initialised, never destroyed
 
 // Runs when the library loads: read the environment once. Problems are kept
 // and reported by cuInit, so a bad variable is an error, not a crash.
@@ -34,7 +34,7 @@ CUresult check_initialized() {
   return state().initialized.load(std::memory_order_acquire) ? CUDA_SUCCESS : CUDA_ERROR_NOT_INITIALIZED;
 }
 
-std::vector<Context*>& context_stack() { return tl_context_stack; }
+ContextStack& context_stack() { return tl_context_stack; }
 
 CUresult current_context(Context** out) {
   if (tl_context_stack.empty() || !tl_context_stack.back()) return CUDA_ERROR_INVALID_CONTEXT;

@@ -29,6 +29,8 @@ struct State {
   Config config;
   std::string config_error;
   std::atomic<bool> initialized{false};
+  // A child forked after cuInit: the driver's state did not come along.
+  std::atomic<bool> forked_child{false};
   std::atomic<int> sticky{CUDA_SUCCESS};
 
   std::mutex ctx_mu;
@@ -48,6 +50,27 @@ State& state();
 inline constexpr int kDeviceCount = 1;
 
 CUresult check_initialized();
+
+// A thread's stack of current contexts. Trivially destructible: a static
+// destructor of the application's that runs after the main thread's
+// thread_local objects are gone (at exit) still finds its current context,
+// as it does with the driver. Nesting deeper than kDepth is refused.
+class ContextStack {
+ public:
+  static constexpr int kDepth = 64;
+  bool empty() const { return n_ == 0; }
+  bool full() const { return n_ == kDepth; }
+  Context*& back() { return at_[n_ - 1]; }
+  void push_back(Context* c) { at_[n_++] = c; }
+  void pop_back() { --n_; }
+  Context** begin() { return at_; }
+  Context** end() { return at_ + n_; }
+
+ private:
+  Context* at_[kDepth];
+  int n_;
+};
+ContextStack& context_stack();
 // The calling thread's current context; INVALID_CONTEXT when none; the
 // sticky error once the context is poisoned.
 CUresult current_context(Context** out);

@@ -1,4 +1,7 @@
 // Initialisation, versions, devices, attributes, contexts, error names.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <thread>
 
@@ -169,4 +172,33 @@ TEST_F(DriverTest, ErrorNamesAndStrings) {
   s = "unchanged";
   EXPECT_EQ(CUDA_ERROR_INVALID_VALUE, cuGetErrorString(static_cast<CUresult>(123456), &s));
   EXPECT_EQ(nullptr, s);
+}
+
+// CUDA does not survive fork: the child of a process that initialised the
+// driver finds it unusable, cuInit included. (The Programming Guide leaves
+// this undefined; applications report "initialization error", code 3.)
+TEST_F(DriverTest, AForkedChildCannotUseTheDriver) {
+  contract::DeviceBuffer parent(1 << 20);
+  ASSERT_CU(parent.status());
+  ASSERT_CU(cuMemsetD32(parent.ptr(), 7, (1 << 20) / 4));
+  ASSERT_CU(cuCtxSynchronize());
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    int code = 0;
+    if (cuInit(0) != CUDA_ERROR_NOT_INITIALIZED) code = 1;
+    CUdeviceptr p = 0;
+    if (code == 0 && cuMemAlloc(&p, 4096) != CUDA_ERROR_NOT_INITIALIZED) code = 2;
+    unsigned word = 0;
+    if (code == 0 && cuMemcpyDtoH(&word, parent.ptr(), 4) != CUDA_ERROR_NOT_INITIALIZED) code = 3;
+    std::_Exit(code);
+  }
+  int status = 0;
+  ASSERT_EQ(child, waitpid(child, &status, 0));
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(0, WEXITSTATUS(status)) << "1: cuInit, 2: cuMemAlloc, 3: cuMemcpyDtoH did not fail with NOT_INITIALIZED";
+  // The parent's driver is untouched.
+  unsigned word = 0;
+  ASSERT_CU(cuMemcpyDtoH(&word, parent.ptr(), 4));
+  EXPECT_EQ(7u, word);
 }

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -45,8 +46,11 @@ struct Api {
   decltype(&::cuLaunchKernel) launch;
 };
 
+bool g_exiting = false;  // in a static destructor: exit() may not be called again
+
 [[noreturn]] void fail(const std::string& why) {
   std::fprintf(stderr, "probe: %s\n", why.c_str());
+  if (g_exiting) std::_Exit(1);
   std::exit(1);
 }
 
@@ -244,6 +248,103 @@ void kernel_on_spilled_block(const Api& a) {
   verify(a, p, bytes, 1, 1);
   check(a.free(p), "cuMemFree");
   std::printf("a kernel on a %s block saw its data\n", tiered ? "spilled" : "plain");
+}
+
+// CUDA does not survive fork: a child of a process using the driver gets
+// the driver's error from every call, with tierrt as without it (tierrt
+// stands aside in the child, and the hooks forward), and neither the child's
+// calls nor its exit disturb the parent's blocks, spilled or not.
+void fork_child_uses_cuda(const Api& a) {
+  CUfunction f = add_one_function(a);
+  const size_t bytes = 16u << 20;
+  std::vector<CUdeviceptr> blocks(4);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    check(a.alloc(&blocks[i], bytes), "cuMemAlloc");
+    fill(a, blocks[i], bytes, 10 + i);
+  }
+  check(a.sync(), "cuCtxSynchronize");
+  tierrt_stats s{};
+  const bool tiered = tierrt_stats_now(&s);
+  if (tiered) {  // two spilled, one of them still moving when the child starts
+    for (size_t i = 0; i < 2; ++i) tierrt_advise_now(blocks[i], TIERRT_ADVISE_SPILL);
+  }
+  const pid_t child = fork();
+  if (child < 0) fail("fork");
+  if (child == 0) {
+    int code = 0;
+    CUdeviceptr p = 0;
+    uint32_t word = 0;
+    size_t n = 1;
+    void* params[] = {&blocks[0], &n};
+    const CUresult got[] = {a.init(0), a.alloc(&p, 1u << 20), a.dtoh(&word, blocks[0], 4),
+                            a.launch(f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), a.free(blocks[1])};
+    for (size_t i = 0; i < sizeof got / sizeof got[0]; ++i)
+      if (got[i] != CUDA_ERROR_NOT_INITIALIZED) {
+        std::fprintf(stderr, "probe: the forked child's call %zu returned %d, not NOT_INITIALIZED\n", i, got[i]);
+        code = 2;
+      }
+    std::exit(code);  // atexit handlers and static destructors run
+  }
+  int status = 0;
+  if (waitpid(child, &status, 0) != child || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail("the forked child did not get the driver's answers, or did not exit cleanly");
+  for (size_t i = 0; i < blocks.size(); ++i) verify(a, blocks[i], bytes, 10 + i, 0);
+  for (CUdeviceptr p : blocks) check(a.free(p), "cuMemFree");
+  std::printf("fork: the child's driver calls failed as the driver's do; the parent's %s blocks are intact\n",
+              tiered ? "tiered" : "plain");
+}
+
+// The application's static destructors run after tierrt's exit handler
+// (registered later, at tierrt's start, so run earlier): a destructor that
+// still launches on, reads and frees tiered blocks, some spilled, works.
+struct UsesCudaAtExit {
+  const Api* a = nullptr;
+  CUfunction f = nullptr;
+  std::vector<CUdeviceptr> blocks;
+  static constexpr size_t kBytes = 16u << 20;
+  ~UsesCudaAtExit() {
+    if (a == nullptr) return;
+    g_exiting = true;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      size_t n = kBytes / 4;
+      void* params[] = {&blocks[i], &n};
+      check(a->launch(f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr), "cuLaunchKernel at exit");
+    }
+    check(a->sync(), "cuCtxSynchronize at exit");
+    for (size_t i = 0; i < blocks.size(); ++i) verify(*a, blocks[i], kBytes, 20 + i, 1);
+    for (CUdeviceptr p : blocks) check(a->free(p), "cuMemFree at exit");
+    std::printf("static destructor: %zu blocks launched on, read and freed after tierrt's exit handler\n",
+                blocks.size());
+    std::fflush(stdout);
+  }
+} g_uses_cuda_at_exit;
+
+void static_destructor_uses_cuda(const Api& a) {
+  UsesCudaAtExit& u = g_uses_cuda_at_exit;
+  u.f = add_one_function(a);
+  u.blocks.resize(4);
+  for (size_t i = 0; i < u.blocks.size(); ++i) {
+    check(a.alloc(&u.blocks[i], UsesCudaAtExit::kBytes), "cuMemAlloc");
+    fill(a, u.blocks[i], UsesCudaAtExit::kBytes, 20 + i);
+  }
+  check(a.sync(), "cuCtxSynchronize");
+  for (size_t i = 0; i < 2; ++i) tierrt_advise_now(u.blocks[i], TIERRT_ADVISE_SPILL);
+  u.a = new Api(a);  // left for the destructor
+}
+
+// A tiered process replaces itself while spills are under way: the new
+// image (LD_PRELOAD is inherited) starts tierrt afresh and oversubscribes.
+[[noreturn]] void exec_with_moves_in_flight(const Api& a) {
+  std::vector<CUdeviceptr> blocks(6);
+  for (size_t i = 0; i < blocks.size(); ++i) {
+    check(a.alloc(&blocks[i], 16u << 20), "cuMemAlloc");
+    fill(a, blocks[i], 16u << 20, i);
+  }
+  for (CUdeviceptr p : blocks) tierrt_advise_now(p, TIERRT_ADVISE_SPILL);
+  char self[] = "/proc/self/exe", path[] = "direct", scenario[] = "oversubscribe";
+  char* argv[] = {self, path, scenario, nullptr};
+  execv(self, argv);
+  fail(std::string("execv: ") + std::strerror(errno));
 }
 
 // A kernel that takes a table of pointers by value, naming more blocks than
@@ -666,6 +767,12 @@ int main(int argc, char** argv) {
     verify(a, p, 8u << 20, 3, 0);
     check(a.free(p), "cuMemFree");
     std::printf("fork: child exited cleanly, parent's block intact\n");
+  } else if (scenario == "static-destructor") {
+    static_destructor_uses_cuda(a);
+  } else if (scenario == "exec") {
+    exec_with_moves_in_flight(a);
+  } else if (scenario == "fork-uses-cuda") {
+    fork_child_uses_cuda(a);
   } else if (scenario == "exit-in-flight") {
     std::vector<CUdeviceptr> blocks(8);
     for (size_t i = 0; i < blocks.size(); ++i) {
