@@ -86,8 +86,15 @@ std::uint64_t Allocator::Parts::trim(std::uint64_t bytes) noexcept {
     if (idle) {
       // Anything recorded on it while the host waited is waited for too.
       idle = uses.forget(b, /*synchronize=*/!whole_context) == CUDA_SUCCESS;
+      // A launch that pinned it before the application freed it (another
+      // thread's free; the launch names it through a stale word) may still
+      // be enqueuing, and records its use after: the block stays cached
+      // until that launch let go of it and its use is over. No pin or use
+      // can come after this check: the block is FREED, so a launch naming
+      // it now drops it.
       auto l = blocks.lock();
-      idle = idle && b->ops_pending == 0 && b->ready.load() == nullptr;
+      idle = idle && b->ops_pending == 0 && b->ready.load() == nullptr &&
+             b->pins.load(std::memory_order_seq_cst) == 0 && uses.recorded(b) == 0;
     }
     if (!idle) {
       kept.push_back(b);

@@ -227,6 +227,11 @@ CUresult UseTracker::wait_all(Block* b) noexcept {
   return r;
 }
 
+int UseTracker::recorded(const Block* b) noexcept {
+  std::lock_guard<RankedMutex> g(mu_);
+  return b->nuses;
+}
+
 CUresult UseTracker::forget(Block* b, bool synchronize) noexcept {
   UseSlot uses[kMaxUseSlots];
   int n = 0;

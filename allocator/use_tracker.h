@@ -86,6 +86,9 @@ class UseTracker {
   // Forgets the block's uses; with `synchronize`, the host waits for each
   // first (the first failure is returned: nothing is known complete then).
   CUresult forget(Block* b, bool synchronize) noexcept;
+  // How many uses are recorded on the block now (alloc.uses is taken, and
+  // may be inside alloc.blocks).
+  int recorded(const Block* b) noexcept;
   // Drops the block's uses known complete (queried without the lock); true
   // when none is left.
   bool retire_completed(Block* b) noexcept;

@@ -507,6 +507,29 @@ TEST_P(Modes, CacheReuseOnAnotherStreamWaitsForUsesThere) {
   CU_OK(cuStreamDestroy(s2));
 }
 
+// Found by scripts/soak: a launch on one thread names a block (a stale
+// word) and pins it; another thread frees the block (it goes to the cache)
+// and a third trims the cache. The trim must not unmap the block under the
+// launch still enqueuing, nor recycle it before the launch recorded its use.
+TEST_P(Modes, TrimKeepsACachedBlockALaunchStillPins) {
+  auto a = make(GetParam());
+  Block* b = alloc(*a, 8 * MiB);
+  const CUdeviceptr va = b->va;
+  Block* one[] = {b};
+  CU_OK(a->ensure_resident(one, nullptr));  // the launch, before the free
+  CU_OK(a->free(va, nullptr));              // another thread's free: cached
+  EXPECT_EQ(a->stats().cached_blocks, 1u);
+  a->trim();
+  EXPECT_EQ(a->stats().cached_blocks, 1u) << "the cache gave up a block a launch pins";
+  EXPECT_TRUE(a->owns(va)) << "the VA was unmapped under the launch";
+  CU_OK(a->record_use(one, nullptr));  // the launch went out
+  a->release(one);
+  EXPECT_EQ(a->stats().cached_blocks, 1u);
+  a->trim();  // its use is over once the trim waited for it
+  EXPECT_EQ(a->stats().cached_blocks, 0u);
+  EXPECT_FALSE(a->owns(va));
+}
+
 TEST_P(Modes, TrimReturnsCachedMemory) {
   auto a = make(GetParam());
   const auto base = simdev_device_bytes_in_use();
