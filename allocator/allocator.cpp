@@ -182,16 +182,25 @@ CUresult Allocator::Parts::free_block(Block* b, CUdeviceptr p, CUstream s) noexc
     auto l = blocks.lock();
     if (b->va != p) return CUDA_ERROR_INVALID_VALUE;
     State st = blocks.settle(b, l);
-    while (st == State::Fetching) {
-      // The fetch's copy becomes a use: a reuse waits for it.
-      UseEvent* r = b->ready.exchange(nullptr);
-      blocks.set_state(b, State::Resident, l);
-      if (r != nullptr && !uses.try_adopt(b, mover->fetch_stream(), r)) {
-        l.unlock();
-        const CUresult w = UseTracker::wait_host(UseSlot{mover->fetch_stream(), r});
-        uses.unref(r);
-        if (w != CUDA_SUCCESS) return w;  // the copy may still write: the block stays
-        l.lock();
+    for (;;) {
+      if (st == State::Fetching) {
+        // The fetch's copy becomes a use: a reuse waits for it.
+        UseEvent* r = b->ready.exchange(nullptr);
+        blocks.set_state(b, State::Resident, l);
+        if (r != nullptr && !uses.try_adopt(b, mover->fetch_stream(), r)) {
+          l.unlock();
+          const CUresult w = UseTracker::wait_host(UseSlot{mover->fetch_stream(), r});
+          uses.unref(r);
+          if (w != CUDA_SUCCESS) return w;  // the copy may still write: the block stays
+          l.lock();
+        }
+      } else if (st == State::Spilled && b->ops_pending != 0) {
+        // The mover sets SPILLED, then ends the move: the block is
+        // destroyed only after it let go, else the move's end lands on a
+        // recycled block (found by scripts/soak).
+        blocks.wait_moves_of(b, l);
+      } else {
+        break;
       }
       st = blocks.settle(b, l);
     }
@@ -210,7 +219,9 @@ CUresult Allocator::Parts::free_block(Block* b, CUdeviceptr p, CUstream s) noexc
 }
 
 void Allocator::Parts::destroy_block(Block* b) noexcept {
-  assert(b->ops_pending == 0 && b->nuses == 0 && b->ready.load() == nullptr);
+  assert(b->ops_pending == 0);
+  assert(b->nuses == 0);
+  assert(b->ready.load() == nullptr);
   backing->destroy(b);
   arena.destroy_range(DeviceRange{b->va, b->mapped, b->dev});
   b->dev = 0;

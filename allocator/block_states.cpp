@@ -150,6 +150,10 @@ void BlockStates::wait_moves_done() noexcept {
   changed_.wait(l, [&] { return moves_ == 0; });
 }
 
+void BlockStates::wait_moves_of(const Block* b, Lock& l) noexcept {
+  changed_.wait(l, [&] { return b->ops_pending == 0; });
+}
+
 void BlockStates::wait_spills_done() noexcept {
   Lock l(mu_);
   changed_.wait(l, [&] { return spills_ == 0; });

@@ -84,6 +84,9 @@ class BlockStates {
   // A move finalised or given up (`queued`: it had been handed to the mover).
   void end_move(Block* b, Move m, bool queued) noexcept;
   void wait_moves_done() noexcept;  // every started move finalised
+  // Until the block's own moves are finalised (the mover still holds it
+  // between setting its final state and letting go); with `l` held.
+  void wait_moves_of(const Block* b, Lock& l) noexcept;
   void wait_spills_done() noexcept;
 
   // ---- claims: device memory on its way to, or away from, a block ----

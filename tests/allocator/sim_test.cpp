@@ -530,6 +530,26 @@ TEST_P(Modes, TrimKeepsACachedBlockALaunchStillPins) {
   EXPECT_FALSE(a->owns(va));
 }
 
+// Found by scripts/soak: the mover sets a block SPILLED and only then ends
+// the move; a free in between destroyed the block under the mover, whose
+// move's end then landed on the recycled block. Frees each block the moment
+// it reads SPILLED, many times, to land in that window.
+TEST_P(Modes, FreeAsASpillLandsWaitsForTheMoverToLetGo) {
+  auto a = make(GetParam());
+  for (int i = 0; i < 400; ++i) {
+    Block* b = alloc(*a, 2 * MiB);
+    const CUdeviceptr va = b->va;
+    ASSERT_EQ(a->spill(b), SpillResult::Started) << i;
+    while (b->st() != State::Spilled) {
+    }
+    CU_OK(a->free(va, nullptr));
+  }
+  a->drain();
+  const Stats s = a->stats();
+  EXPECT_EQ(s.blocks[static_cast<int>(State::Spilled)], 0u);
+  EXPECT_EQ(s.spills_done, 400u);
+}
+
 TEST_P(Modes, TrimReturnsCachedMemory) {
   auto a = make(GetParam());
   const auto base = simdev_device_bytes_in_use();

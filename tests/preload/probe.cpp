@@ -13,11 +13,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "simdev/simdev.h"
@@ -728,28 +730,28 @@ int main(int argc, char** argv) {
   check(a.retain(&ctx, dev), "cuDevicePrimaryCtxRetain");
   check(a.set_current(ctx), "cuCtxSetCurrent");
 
-  if (scenario == "oversubscribe") {
-    oversubscribe(a, true);
-  } else if (scenario == "off") {
-    oversubscribe(a, false);
-  } else if (scenario == "training") {
-    training_loop(a);
-  } else if (scenario == "capture") {
-    captured_graph_makes_its_block_resident_at_launch(a);
-  } else if (scenario == "capture-before-start") {
-    capture_begun_before_tierrt(a);
-  } else if (scenario == "capture-side-stream") {
-    capture_side_stream_and_graph_memory(a);
-  } else if (scenario == "torch") {
-    torch_entry_points(a);
-  } else if (scenario == "kernel") {
-    kernel_on_spilled_block(a);
-  } else if (scenario == "wide-kernel") {
-    kernel_naming_many_spilled_blocks(a);
-  } else if (scenario == "pointer-table") {
-    kernel_through_pointer_table(a);
-  } else if (scenario == "layout-unload") {
-    layout_after_unload(a);
+  // Scenarios that are one function each; "fork" and "exit-in-flight" below.
+  using Scenario = void (*)(const Api&);
+  static const std::pair<const char*, Scenario> kScenarios[] = {
+      {"oversubscribe", [](const Api& api) { oversubscribe(api, true); }},
+      {"off", [](const Api& api) { oversubscribe(api, false); }},
+      {"training", training_loop},
+      {"capture", captured_graph_makes_its_block_resident_at_launch},
+      {"capture-before-start", capture_begun_before_tierrt},
+      {"capture-side-stream", capture_side_stream_and_graph_memory},
+      {"torch", torch_entry_points},
+      {"kernel", kernel_on_spilled_block},
+      {"wide-kernel", kernel_naming_many_spilled_blocks},
+      {"pointer-table", kernel_through_pointer_table},
+      {"layout-unload", layout_after_unload},
+      {"static-destructor", static_destructor_uses_cuda},
+      {"exec", exec_with_moves_in_flight},
+      {"fork-uses-cuda", fork_child_uses_cuda},
+  };
+  const auto* known = std::find_if(std::begin(kScenarios), std::end(kScenarios),
+                                   [&](const auto& s) { return scenario == s.first; });
+  if (known != std::end(kScenarios)) {
+    known->second(a);
   } else if (scenario == "fork") {
     CUdeviceptr p;
     check(a.alloc(&p, 8u << 20), "cuMemAlloc");
@@ -767,12 +769,6 @@ int main(int argc, char** argv) {
     verify(a, p, 8u << 20, 3, 0);
     check(a.free(p), "cuMemFree");
     std::printf("fork: child exited cleanly, parent's block intact\n");
-  } else if (scenario == "static-destructor") {
-    static_destructor_uses_cuda(a);
-  } else if (scenario == "exec") {
-    exec_with_moves_in_flight(a);
-  } else if (scenario == "fork-uses-cuda") {
-    fork_child_uses_cuda(a);
   } else if (scenario == "exit-in-flight") {
     std::vector<CUdeviceptr> blocks(8);
     for (size_t i = 0; i < blocks.size(); ++i) {
