@@ -32,11 +32,8 @@ void set_error(std::string* error, std::string_view variable, std::string_view v
 
 }  // namespace
 
-std::string refusal(std::string_view variable, std::string_view value, std::string_view accepted) {
-  std::string r = "tierrt: ";
-  r += variable;
-  r += "=\"";
-  // Control characters escaped: the refusal stays one line whatever the value holds.
+std::string printable(std::string_view value) {
+  std::string r;
   for (const char c : value) {
     const auto u = static_cast<unsigned char>(c);
     if (u >= 0x20 && u != 0x7f) {
@@ -48,6 +45,14 @@ std::string refusal(std::string_view variable, std::string_view value, std::stri
       r += kHex[u & 15];
     }
   }
+  return r;
+}
+
+std::string refusal(std::string_view variable, std::string_view value, std::string_view accepted) {
+  std::string r = "tierrt: ";
+  r += variable;
+  r += "=\"";
+  r += printable(value);
   r += "\" is not accepted; expected ";
   r += accepted;
   return r;

@@ -66,8 +66,8 @@ bool outputs_apart(const Settings& s, std::string* error) {
       std::error_code ec;
       if (a != b && fs::absolute(a, ec).lexically_normal() != fs::absolute(b, ec).lexically_normal()) continue;
       if (error != nullptr)
-        *error = std::string("tierrt: ") + outputs[i].first + " and " + outputs[j].first + " both name \"" + a +
-                 "\"; each output needs a file of its own";
+        *error = std::string("tierrt: ") + outputs[i].first + " and " + outputs[j].first + " both name \"" +
+                 config::printable(a) + "\"; each output needs a file of its own";
       return false;
     }
   }

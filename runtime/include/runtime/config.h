@@ -38,6 +38,9 @@ std::optional<int> parse_choice(std::string_view variable, std::string_view valu
 
 // The one-line refusal of a bad value: the variable, the value and what is
 // accepted ("tierrt: V="x" is not accepted; expected ...").
+// `value` with control characters as \xNN: a message that quotes it stays
+// one line whatever it holds.
+std::string printable(std::string_view value);
 std::string refusal(std::string_view variable, std::string_view value, std::string_view accepted);
 
 // A value as choices are compared: without surrounding blanks, lower-case.
