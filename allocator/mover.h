@@ -71,7 +71,7 @@ class Mover {
   // Null while tiering runs; else why it stopped.
   const char* tiering_stopped() const noexcept { return stopped_.load(std::memory_order_acquire); }
   // The next spill the mover thread finalises finds a broken invariant: how
-  // tests reach the containment of one (MoverContainment tests).
+  // tests reach the containment of one (Modes.ContainedBrokenInvariant*).
   void inject_broken_invariant() noexcept { injected_.store(true, std::memory_order_relaxed); }
   static constexpr std::size_t kWhyBytes = 160;
 
