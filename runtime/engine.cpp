@@ -88,8 +88,13 @@ void say_refused(std::size_t bytes, CUresult r, const alloc::Stats& s, Mode mode
 Engine::Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext ctx, CUmemoryPool default_pool)
     : settings_(s), alloc_(std::move(a)), ctx_(ctx), default_pool_(default_pool) {
   if (!s.record.empty() || !s.trace.empty()) recorder_ = std::make_unique<Recorder>(s.record, s.trace);
-  if (s.mode == Mode::Tier && s.policy == Policy::Planner)
-    policy_ = std::make_unique<PolicyThread>(*alloc_, ctx, alloc_->stats().device_budget, s.link, recorder_.get());
+  // The planner acts only when it tiers; a recorded run gets one that only
+  // watches, so that its launches carry device times (what tierrt-replay and
+  // `tierrt-run --estimate` model the step with), not the host's.
+  const bool plans = s.mode == Mode::Tier && s.policy == Policy::Planner;
+  if (plans || recorder_)
+    policy_ = std::make_unique<PolicyThread>(*alloc_, ctx, alloc_->stats().device_budget, s.link, recorder_.get(),
+                                             plans);
   feedback_ = std::make_unique<MoveFeedback>(recorder_.get(), policy_.get());
   alloc_->set_observer(feedback_.get());
   captures_.on_hold(&Engine::hold_for_discovered_capture, this);

@@ -15,8 +15,8 @@
 namespace tierrt {
 
 PolicyThread::PolicyThread(alloc::Allocator& allocator, CUcontext ctx, std::uint64_t budget,
-                           const policy::LinkModel& link, Recorder* recorder)
-    : allocator_(allocator), recorder_(recorder), ctx_(ctx), ring_(new Slot[kSlots]) {
+                           const policy::LinkModel& link, Recorder* recorder, bool acts)
+    : allocator_(allocator), recorder_(recorder), ctx_(ctx), ring_(new Slot[kSlots]), acts_(acts) {
   for (std::uint64_t i = 0; i < kSlots; ++i) ring_[i].turn.store(i, std::memory_order_relaxed);
   policy::PolicyEngine::Options o;
   o.budget = budget;
@@ -115,7 +115,8 @@ void PolicyThread::run() {
       // stops (one log line, from the allocator's observer).
       char why[160];
       std::snprintf(why, sizeof why, "the planner threw (%s)", x.what());
-      allocator_.stop_tiering(why);
+      if (acts_) allocator_.stop_tiering(why);
+      else TIERRT_LOG(Warn, "%s: launches are no longer timed on the device for the recording", why);
       failed_ = true;
     }
     // Stopped here or by the mover: bring back what fits, once.
@@ -210,6 +211,7 @@ void PolicyThread::release_held_launch(std::uint64_t ns) {
 // only once it was issued).
 void PolicyThread::act_on_launch() {
   read_clock();
+  if (!acts_) return;
   if (policy_->steps_completed() != deferred_step_) {  // ordinals name another step's blocks now
     deferred_.clear();
     deferred_step_ = policy_->steps_completed();

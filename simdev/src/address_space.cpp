@@ -497,7 +497,13 @@ CUresult AddressSpace::begin_use(const Access* accesses, size_t n, uint64_t* tok
   ActiveUse use;
   std::shared_lock lock(mu_);
   for (size_t i = 0; i < n; ++i)
-    if (CUresult e = check_access_locked(accesses[i], use.ranges)) return e;
+    if (CUresult e = check_access_locked(accesses[i], use.ranges)) {
+      if (state().config.report_faults)
+        std::fprintf(stderr, "simdev: a copy %s [0x%llx, 0x%llx), which is not mapped for it\n",
+                     accesses[i].write ? "wrote" : "read", static_cast<unsigned long long>(accesses[i].ptr),
+                     static_cast<unsigned long long>(accesses[i].ptr + accesses[i].bytes));
+      return e;
+    }
   std::lock_guard ulock(use_mu_);
   use.token = next_token_++;
   *token = use.token;

@@ -37,7 +37,10 @@ check "--record=FILE" "r.events" "$(var TIERRT_RECORD --record=r.events)"
 check "--record=- is stderr" "-" "$(var TIERRT_RECORD --record=-)"
 check "a later value wins" "copy" "$(var TIERRT_SPILL_MODE --spill-mode remap --spill-mode copy)"
 check "%p and %r pass through to the runtime" "s.%p.%r" "$(var TIERRT_STATS --stats=s.%p.%r)"
-for bad in "--policy magic" "--spill-mode managed" "--min-bytes 50%" "--log verbose" "--budget lots" "--nonsense"; do
+check "--link" "c2c" "$(var TIERRT_LINK --link c2c)"
+check "--link=" "100,80" "$(var TIERRT_LINK --link=100,80)"
+check "--estimate: observe mode" "observe" "$(var TIERRT_MODE --estimate)"
+for bad in "--link fast" "--policy magic" "--spill-mode managed" "--min-bytes 50%" "--log verbose" "--budget lots" "--nonsense"; do
   # shellcheck disable=SC2086
   run $bad -- true 2>err
   rc=$?

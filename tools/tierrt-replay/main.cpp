@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "policies/eval/measured_link.hpp"
 #include "policies/eval/policy_comparison.hpp"
 #include "policies/eval/trace_steps.hpp"
 #include "policies/eval/transformer_synth.hpp"
@@ -44,19 +45,11 @@ void write_file(const std::string& path, Write write) {
 // are the link (for the model and the planner alike); with it, they are dropped
 // so that the planner plans for the link being modeled.
 void settle_link(policy::Trace& trace, replay::Args& a) {
-  double sum[2] = {0, 0};
-  int n[2] = {0, 0};
-  for (const auto& e : trace)
-    if (e.kind == policy::EventKind::CopyRate) sum[e.sub] += static_cast<double>(e.a), ++n[e.sub];
-  if (!n[0] && !n[1]) return;
   if (a.link_given) {
     std::erase_if(trace, [](const policy::Event& e) { return e.kind == policy::EventKind::CopyRate; });
     return;
   }
-  const auto d2h = static_cast<int>(policy::CopyDir::DeviceToHost), h2d = static_cast<int>(policy::CopyDir::HostToDevice);
-  a.link.name = "measured";
-  if (n[d2h]) a.link.d2h_bytes_per_s = sum[d2h] / n[d2h];
-  if (n[h2d]) a.link.h2d_bytes_per_s = sum[h2d] / n[h2d];
+  if (auto measured = policy::measured_link(trace, a.link)) a.link = *measured;
 }
 
 int run_replay(replay::Args a) {
@@ -66,7 +59,7 @@ int run_replay(replay::Args a) {
   std::vector<std::string> skipped;
   const auto cmp = policy::compare_policies(analysed.steps, a.policies, a.link, a.budget, a.svg_path.has_value(), &skipped);
   replay::ReportContext ctx{a.trace_path ? *a.trace_path + " (recorded)" : describe(*a.synth),
-                            replay::describe_link(a.link), describe_budget(a.budget), analysed.steps.size()};
+                            policy::describe_link(a.link), describe_budget(a.budget), analysed.steps.size()};
   replay::print_table(std::cout, ctx, cmp);
   for (const auto& s : skipped) std::cout << "skipped " << s << "\n";
   if (a.csv_path)
@@ -91,7 +84,7 @@ int run_shipped(const replay::Args& a) {
     s.shape = policy::default_shape(s.model);
     const auto analysed = policy::analyse_trace(policy::synthesize(s));
     const auto cmp = policy::compare_policies(analysed.steps, a.policies, a.link, a.budget, false);
-    replay::ReportContext ctx{describe(s), replay::describe_link(a.link), describe_budget(a.budget),
+    replay::ReportContext ctx{describe(s), policy::describe_link(a.link), describe_budget(a.budget),
                               analysed.steps.size()};
     replay::print_table(std::cout, ctx, cmp);
     std::cout << "\n";

@@ -19,13 +19,6 @@ std::string percent(double overhead) {
 
 }  // namespace
 
-std::string describe_link(const policy::LinkModel& link) {
-  // Measured rates can be far below 1 GB/s (simdev's copies): keep a significant digit.
-  const char* f = std::min(link.h2d_bytes_per_s, link.d2h_bytes_per_s) < 10e9 ? "%.2f" : "%.0f";
-  return link.name + " (H2D " + format_number(f, link.h2d_bytes_per_s / 1e9) + " GB/s, D2H " +
-         format_number(f, link.d2h_bytes_per_s / 1e9) + " GB/s)";
-}
-
 void print_table(std::ostream& out, const ReportContext& ctx, const policy::Comparison& c) {
   out << "MODELED figures (discrete-event model, not measured)\n"
       << "config   " << ctx.config << "\n"

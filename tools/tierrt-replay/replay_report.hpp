@@ -19,6 +19,4 @@ void print_table(std::ostream& out, const ReportContext& ctx, const policy::Comp
 void write_csv_header(std::ostream& out);
 void write_csv_rows(std::ostream& out, const ReportContext& ctx, const policy::Comparison& c);
 
-std::string describe_link(const policy::LinkModel& link);
-
 }  // namespace tierrt::replay

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <stdexcept>
 #include <string_view>
 
+#include "policies/link_model.hpp"
 #include "runtime/config.h"
 
 namespace tierrt::run {
@@ -17,7 +19,7 @@ enum class Takes {
   OutputFile,  // --opt=FILE, or --opt FILE before a `--` (see usage())
 };
 
-enum class Check { None, Size, SizeOrPercent, Choice };
+enum class Check { None, Size, SizeOrPercent, Choice, Link };
 
 struct Option {
   std::string_view name;
@@ -40,6 +42,8 @@ const Option kOptions[] = {
      "planner | reactive (TIERRT_POLICY; default planner)"},
     {"--spill-mode", Takes::Value, "TIERRT_SPILL_MODE", Check::Choice, {"auto", "remap", "copy"}, "MODE",
      "auto | remap | copy (TIERRT_SPILL_MODE; default auto)"},
+    {"--link", Takes::Value, "TIERRT_LINK", Check::Link, {}, "LINK",
+     "the host link the planner assumes until it measures one: pcie5, c2c, or H2D,D2H in GB/s (TIERRT_LINK)"},
     {"--min-bytes", Takes::Value, "TIERRT_MIN_BYTES", Check::Size, {}, "SIZE",
      "smallest allocation tierrt tiers (TIERRT_MIN_BYTES; default 1MiB)"},
     {"--log", Takes::Value, "TIERRT_LOG", Check::Choice, {"off", "error", "warn", "info", "debug"}, "LEVEL",
@@ -53,6 +57,9 @@ const Option kOptions[] = {
     {"--framework", Takes::Value, nullptr, Check::Choice, {"torch", "jax"}, "NAME",
      "apply a framework's settings: torch (PYTORCH_NO_CUDA_MEMORY_CACHING=1), jax "
      "(XLA_PYTHON_CLIENT_ALLOCATOR=platform, XLA_PYTHON_CLIENT_PREALLOCATE=false)"},
+    {"--estimate", Takes::Nothing, nullptr, Check::None, {}, "",
+     "run CMD untouched (observe mode), then print the planner's estimate of peak device memory and step time at "
+     "a few budgets"},
     {"--print-env", Takes::Nothing, nullptr, Check::None, {}, "",
      "print the variables tierrt-run would set (LD_PRELOAD and TIERRT_*) and exit"},
     {"--version", Takes::Nothing, nullptr, Check::None, {}, "", "print the version and exit"},
@@ -76,6 +83,14 @@ bool checked(const Option& o, std::string_view value, std::string* error) {
     case Check::Size: return config::parse_byte_size(o.name, value, false, error).has_value();
     case Check::SizeOrPercent: return config::parse_byte_size(o.name, value, true, error).has_value();
     case Check::Choice: return config::parse_choice(o.name, value, o.choices, error).has_value();
+    case Check::Link:
+      try {
+        (void)policy::parse_link(config::normalized(value));
+        return true;
+      } catch (const std::invalid_argument&) {
+        *error = config::refusal(o.name, value, "pcie5, c2c, or H2D,D2H in GB/s (e.g. 100,80)");
+        return false;
+      }
   }
   return false;
 }
@@ -130,6 +145,7 @@ bool parse_command_line(int argc, const char* const* argv, CommandLine* out, std
     if (o->name == "--help") out->help = true;
     else if (o->name == "--version") out->version = true;
     else if (o->name == "--print-env") out->print_env = true;
+    else if (o->name == "--estimate") out->estimate = true;
     else if (o->name == "--framework") out->framework = value;
     else set(out, o->variable, value.empty() ? "-" : value);
   }
@@ -170,10 +186,15 @@ std::string usage() {
       "a percentage of the device's or the host's memory.\n\n"
       "The library: $TIERRT_LIBRARY, else libtierrt.so in the lib folder beside this program's bin folder, else the\n"
       "build this program came from. It is checked (it exists, loads, exports tierrt's API) before CMD runs.\n\n"
+      "--estimate runs CMD in observe mode (nothing moves) with its events recorded (to the --record file, else to a\n"
+      "temporary file), and at its end models the recorded steps at budgets that take 25%, 50%, 75% and 100% of the\n"
+      "activation bytes live at the peak off the device: tierrt's planner against no offload. The link is the one\n"
+      "the run measured, else --link / TIERRT_LINK, else pcie5. Every figure it prints is modeled, not measured.\n\n"
       "Exit status: CMD's; 2 for a bad option or an unusable library; 127 when CMD cannot be run.\n\n"
       "Examples:\n"
       "  tierrt-run --budget 60GiB --stats -- python train.py\n"
-      "  tierrt-run --budget=90% --stats=stats.%r.txt --framework jax python train_jax.py\n";
+      "  tierrt-run --budget=90% --stats=stats.%r.txt --framework jax python train_jax.py\n"
+      "  tierrt-run --estimate --link=pcie5 -- python train.py\n";
   return u;
 }
 

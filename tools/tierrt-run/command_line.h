@@ -18,6 +18,7 @@ struct CommandLine {
   bool help = false;
   bool version = false;
   bool print_env = false;
+  bool estimate = false;  // --estimate: observe, record, then model (estimate.h)
   std::vector<std::string> command;
 };
 

@@ -3,19 +3,26 @@
 // Sets LD_PRELOAD (ahead of whatever is already there, sanitizer runtimes
 // aside) and the TIERRT_* variables the options name, applies framework
 // presets, then becomes the command, so its exit status is the command's own.
+// With --estimate it stays: it runs the command, waits, then prints the
+// planner's estimate from the command's recording (estimate.h).
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <iostream>
+#include <stdexcept>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "command_line.h"
+#include "estimate.h"
 #include "library_check.h"
+#include "policies/link_model.hpp"
+#include "runtime/config.h"
 
 namespace {
 
@@ -69,6 +76,28 @@ std::string shell_assignment(const std::string& name, const std::string& value) 
   return q + "'";
 }
 
+// A variable's value as the command will see it: set by an option, else
+// inherited; "" when neither.
+std::string value_of(const Variables& vars, const char* name) {
+  for (const auto& [n, v] : vars)
+    if (n == name) return v;
+  const char* inherited = std::getenv(name);
+  return inherited ? inherited : "";
+}
+
+// The link an estimate models when the run measured none: TIERRT_LINK's, else pcie5.
+bool estimate_link(const Variables& vars, tierrt::policy::LinkModel* link, bool* given, std::string* error) {
+  const std::string spec = value_of(vars, "TIERRT_LINK");
+  *given = !spec.empty();
+  try {
+    *link = tierrt::policy::parse_link(*given ? tierrt::config::normalized(spec) : "pcie5");
+    return true;
+  } catch (const std::invalid_argument&) {
+    *error = tierrt::config::refusal("TIERRT_LINK", spec, "pcie5, c2c, or H2D,D2H in GB/s (e.g. 100,80)");
+    return false;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -103,11 +132,44 @@ int main(int argc, char** argv) {
   Variables vars = cl.variables;
   vars.emplace(vars.begin(), "LD_PRELOAD", ld_preload);
   add_presets(cl.framework, &vars);
+  std::string recording, temporary;
+  tierrt::policy::LinkModel link;
+  bool link_given = false;
+  if (cl.estimate) {
+    if (!estimate_link(vars, &link, &link_given, &error)) {
+      std::fprintf(stderr, "%s\n", error.c_str());
+      return 2;
+    }
+    recording = value_of(vars, "TIERRT_RECORD");
+    if (recording.empty() || recording == "-") {
+      temporary = cl.print_env ? "/tmp/tierrt-estimate-XXXXXX" : tierrt::run::temporary_recording(&error);
+      if (temporary.empty()) {
+        std::fprintf(stderr, "%s\n", error.c_str());
+        return 2;
+      }
+      recording = temporary;
+    }
+    if (!tierrt::run::estimate_variables(&vars, recording, &error)) {
+      if (!cl.print_env && !temporary.empty()) unlink(temporary.c_str());
+      std::fprintf(stderr, "%s\n", error.c_str());
+      return 2;
+    }
+  }
   if (cl.print_env) {
     for (const auto& [name, value] : vars) std::printf("%s\n", shell_assignment(name, value).c_str());
     return 0;
   }
   for (const auto& [name, value] : vars) setenv(name.c_str(), value.c_str(), 1);
+
+  if (cl.estimate) {
+    const int status = tierrt::run::run_and_wait(cl.command);
+    if (status != 127) {
+      std::fflush(stdout);
+      (void)tierrt::run::print_estimate(recording, link, link_given, std::cerr, std::cerr);
+    }
+    if (!temporary.empty()) unlink(temporary.c_str());
+    return status;
+  }
 
   std::vector<char*> args;
   for (std::string& a : cl.command) args.push_back(a.data());

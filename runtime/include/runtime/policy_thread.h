@@ -47,8 +47,10 @@ class PolicyThread {
  public:
   // Starts the thread with `ctx` current, planning for `link` (TIERRT_LINK).
   // `recorder` (may be null) also gets the launch durations the device clock measures.
+  // A thread that does not `act` only learns and times launches (observe mode
+  // and the reactive policy, when a run is recorded): it never moves a block.
   PolicyThread(alloc::Allocator& allocator, CUcontext ctx, std::uint64_t budget, const policy::LinkModel& link,
-               Recorder* recorder);
+               Recorder* recorder, bool acts = true);
   ~PolicyThread();
   // Ends the thread once it is idle; posts after it are kept, never read.
   void stop() noexcept;
@@ -156,6 +158,7 @@ class PolicyThread {
   std::size_t samples_read_ = 0;        // of samples_
   std::uint64_t last_sample_ = UINT64_MAX;
   double device_launch_ns_ = 0;         // running mean of a launch's device time; 0: none yet
+  const bool acts_;
   bool failed_ = false;  // the policy threw: events are drained, nothing planned
   bool recalled_ = false;  // tiering stopped, and spilled blocks were called back
   std::atomic<bool> inject_exception_{false};
