@@ -16,6 +16,7 @@ void MoveFeedback::over_budget(std::uint64_t used, std::uint64_t limit) noexcept
 void MoveFeedback::tiering_stopped(const char* why) noexcept {
   TIERRT_LOG(Error, "tiering stopped: %s; no block is spilled from now on, spilled blocks come back, the job goes on",
              why);
+  if (policy_) policy_->wake();  // it calls the spilled blocks back, napping or not
 }
 
 void MoveFeedback::demand_fetch(const alloc::Block& b) noexcept {

@@ -62,7 +62,8 @@ void PolicyThread::push(const Item& item, bool timed_now, bool wakes) noexcept {
     Slot& s = ring_[pos & (kSlots - 1)];
     std::uint64_t turn = s.turn.load(std::memory_order_acquire);
     if (turn == pos) {
-      if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_relaxed)) {
+      // Sequentially consistent: the napping protocol's store (header).
+      if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst, std::memory_order_relaxed)) {
         s.message = item;
         s.ns = timed_now ? steady_ns() : 0;
         s.turn.store(pos + 1, std::memory_order_release);
@@ -75,12 +76,22 @@ void PolicyThread::push(const Item& item, bool timed_now, bool wakes) noexcept {
       pos = head_.load(std::memory_order_relaxed);
     }
   }
-  // The thread polls every kPollNs: waking it per launch would cost the
-  // launch a futex call. Only a step marker (planning starts) wakes it.
-  if (wakes && sleeping_.load(std::memory_order_acquire)) {
-    std::lock_guard lock(mu_);
-    cv_.notify_one();
-  }
+  // The thread polls every kPollNs while work comes: waking it per launch
+  // would cost the launch a futex call. A step marker (planning starts)
+  // wakes it, and so does any post to a napping thread (once per idle spell).
+  if (napping_.load(std::memory_order_seq_cst) || (wakes && sleeping_.load(std::memory_order_acquire))) wake();
+}
+
+void PolicyThread::wake() noexcept {
+  std::lock_guard lock(mu_);
+  cv_.notify_one();
+}
+
+bool PolicyThread::claimed() const noexcept { return head_.load(std::memory_order_seq_cst) != tail_; }
+
+bool PolicyThread::may_nap(std::uint64_t now_ns) const noexcept {
+  return now_ns - last_taken_ns_ >= kNapAfterNs && samples_read_ == samples_.size() &&
+         (recalled_ || allocator_.tiering_stopped() == nullptr);
 }
 
 bool PolicyThread::ready() const noexcept {
@@ -94,6 +105,7 @@ bool PolicyThread::take(Message* m, std::uint64_t* ns) noexcept {
   *ns = s.ns;
   s.turn.store(tail_ + kSlots, std::memory_order_release);
   ++tail_;
+  taken_.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -103,11 +115,14 @@ void PolicyThread::run() {
   (void)TIERRT_CU(cuCtxSetCurrent, ctx_);
   Message m;
   std::uint64_t ns = 0;
+  last_taken_ns_ = steady_ns();
   for (;;) {
+    const std::uint64_t taken_before = taken_.load(std::memory_order_relaxed);
     try {
       if (inject_exception_.exchange(false, std::memory_order_relaxed))
         throw std::runtime_error("an exception injected by a test");
       while (!failed_ && take(&m, &ns)) handle(m, ns);
+      if (taken_.load(std::memory_order_relaxed) != taken_before) last_taken_ns_ = steady_ns();
       if (!failed_) read_clock();
     } catch (const std::exception& x) {
       // Whatever goes wrong in the planner must not take the job down, and
@@ -129,6 +144,15 @@ void PolicyThread::run() {
     }  // drained, not planned: the reactive policy is in charge
     std::unique_lock lock(mu_);
     if (stopping_.load(std::memory_order_acquire)) return;
+    if (may_nap(steady_ns())) {
+      napping_.store(true, std::memory_order_seq_cst);
+      naps_.fetch_add(1, std::memory_order_relaxed);
+      cv_.wait(lock, [&] { return claimed() || stopping_.load(std::memory_order_acquire) ||
+                                  (!recalled_ && allocator_.tiering_stopped() != nullptr); });
+      napping_.store(false, std::memory_order_relaxed);
+      last_taken_ns_ = steady_ns();  // poll again until the post lands
+      continue;
+    }
     sleeping_.store(true, std::memory_order_release);
     cv_.wait_for(lock, std::chrono::nanoseconds(kPollNs),
                  [&] { return ready() || stopping_.load(std::memory_order_acquire); });

@@ -81,6 +81,15 @@ class PolicyThread {
   };
   LearnedStep learned_step() const;
 
+  // Wakes the thread now, wherever it sleeps (tiering stopped: spilled
+  // blocks are called back at its next turn).
+  void wake() noexcept;
+  // How often the thread went to sleep for want of work (until a post wakes
+  // it), and how many messages it took: for tests of the wake-up protocol.
+  std::uint64_t naps() const noexcept { return naps_.load(std::memory_order_relaxed); }
+  std::uint64_t messages_taken() const noexcept { return taken_.load(std::memory_order_relaxed); }
+  bool napping() const noexcept { return napping_.load(std::memory_order_seq_cst); }
+
   // The thread throws at its next turn, as a failing planner would: how
   // tests reach the containment (tiering stops, the job goes on).
   void inject_exception() noexcept { inject_exception_.store(true, std::memory_order_relaxed); }
@@ -113,6 +122,13 @@ class PolicyThread {
   // How late the thread may learn of a launch: small against the kernels a
   // training step is made of, and a few thousand wake-ups a second at most.
   static constexpr std::uint64_t kPollNs = 50'000;
+  // With nothing taken for this long (and no device-clock reading pending)
+  // the thread stops polling and naps until a post wakes it: an idle job
+  // costs nothing, and the wake-up (a futex call) is paid once per idle spell,
+  // not per launch.
+  static constexpr std::uint64_t kNapAfterNs = 2'000'000;
+  bool claimed() const noexcept;  // a producer has claimed a slot not yet taken
+  bool may_nap(std::uint64_t now_ns) const noexcept;
   void run();
   bool take(Message* m, std::uint64_t* ns) noexcept;
   void handle(const Message& m, std::uint64_t ns);
@@ -138,6 +154,14 @@ class PolicyThread {
   std::atomic<std::uint64_t> head_{0};  // next slot to write
   std::uint64_t tail_ = 0;              // next slot to read (this thread only)
   std::atomic<bool> sleeping_{false};
+  // Napping: asleep until woken, with no timeout. The protocol (Dekker's):
+  // a producer claims its slot (head_, a sequentially consistent RMW), then
+  // reads napping_; the thread sets napping_, then reads head_ (both
+  // sequentially consistent) under mu_ before it waits. One of them sees
+  // the other: a post is never left unread in a napping thread's ring.
+  std::atomic<bool> napping_{false};
+  std::uint64_t last_taken_ns_ = 0;  // this thread only
+  std::atomic<std::uint64_t> naps_{0}, taken_{0};
   std::atomic<bool> stopping_{false};
   RankedMutex mu_{kRankPolicyWake, "runtime.policy_wake"};
   std::condition_variable_any cv_;
