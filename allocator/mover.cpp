@@ -1,7 +1,9 @@
 #include "mover.h"
 
+#include <chrono>
 #include <cstdio>
 #include <new>
+#include <thread>
 
 #include "steady_clock.h"
 #include "driver/driver.h"
@@ -162,7 +164,7 @@ SpillResult Mover::enqueue_spill(Op* op, UseSlot* uses, int nuses) noexcept {
     r = record_done(op, d2h_);
   }
   if (r == CUDA_SUCCESS) return SpillResult::Started;
-  op->unsettled = TIERRT_CU(cuStreamSynchronize, d2h_) != CUDA_SUCCESS;  // a copy may be enqueued
+  op->unsettled = !settle(d2h_);  // a copy may be enqueued
   return why;
 }
 
@@ -249,11 +251,12 @@ CUresult Mover::enqueue_fetch(Op* op, bool demand, std::span<Block* const> pinne
     r = record_done(op, h2d_);
   }
   if (r != CUDA_SUCCESS) {
-    // A copy may be enqueued: the chunk it writes is given back only once it
-    // is known to be done and no longer mapped at the VA (else it is kept,
-    // with its share of the budget, and never reused).
-    const bool settled = TIERRT_CU(cuStreamSynchronize, h2d_) == CUDA_SUCCESS;
-    if (backing_.undo_enter_device(b) == CUDA_SUCCESS && settled) arena_.give_chunk(op->dev, b->mapped);
+    // A copy may be enqueued: the VA leaves the chunk it writes only once
+    // the copy is known done (unmapped under it, the copy would fault), and
+    // the chunk is given back only once it is no longer mapped there. A copy
+    // whose end stays unknown (the driver answers no wait: its context is
+    // lost) keeps both, with the chunk's share of the budget, for good.
+    if (settle(h2d_) && backing_.undo_enter_device(b) == CUDA_SUCCESS) arena_.give_chunk(op->dev, b->mapped);
     op->dev = 0;
   }
   return r;
@@ -327,7 +330,22 @@ void Mover::run() noexcept {
 CUresult Mover::wait_copy(const Op& op) noexcept {
   if (TIERRT_CU(cuEventSynchronize, op.ev->ev) == CUDA_SUCCESS) return CUDA_SUCCESS;
   // The stream the copy went out on: once it is idle, so is the copy.
-  return TIERRT_CU(cuStreamSynchronize, op.kind == Move::Spill ? d2h_ : h2d_);
+  return settle(op.kind == Move::Spill ? d2h_ : h2d_) ? CUDA_SUCCESS : CUDA_ERROR_UNKNOWN;
+}
+
+bool Mover::settle(CUstream s) noexcept {
+  constexpr int kWaits = 3, kPolls = 2000, kPollFailures = 3;
+  for (int i = 0; i < kWaits; ++i)
+    if (TIERRT_CU(cuStreamSynchronize, s) == CUDA_SUCCESS) return true;
+  // Polled for up to about 2 s: only the mover's own copies run there.
+  int failures = 0;
+  for (int i = 0; i < kPolls; ++i) {
+    const CUresult r = TIERRT_CU(cuStreamQuery, s);
+    if (r == CUDA_SUCCESS) return true;
+    if (r != CUDA_ERROR_NOT_READY && ++failures >= kPollFailures) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
 }
 
 void Mover::finalize(Op* op) noexcept {

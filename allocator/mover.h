@@ -98,6 +98,10 @@ class Mover {
   void queue(Op* op) noexcept;
   // Waits for the move's copy (its event, else its stream).
   CUresult wait_copy(const Op& op) noexcept;
+  // Whether everything enqueued on the mover's stream `s` is known done: a
+  // failed wait is asked again, then the stream is polled for a while. A
+  // copy whose end is unknown must never have its memory unmapped under it.
+  static bool settle(CUstream s) noexcept;
   void run() noexcept;
   void finalize(Op* op) noexcept;
   void finalize_spill(Op* op) noexcept;

@@ -5,11 +5,17 @@
 // worth of work per launch, measured in the same process.
 //
 // Also: allocate + free through tierrt against the driver's own
-// cuMemAlloc / cuMemFree (what a job does without tierrt).
+// cuMemAlloc / cuMemFree (what a job does without tierrt); and what a demand
+// fetch costs the thread that launches on a spilled block: the launch call
+// returns once the fetch is enqueued and the stream waits for it, so its
+// time ("host_us") is set against the time until the kernel ran
+// ("until_done_us", mostly the copy over the modeled link).
 #include <benchmark/benchmark.h>
 #include <cuda.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <thread>
 #include <vector>
 
 #include "driver/driver.h"
@@ -89,6 +95,93 @@ void BM_LaunchThroughHook(benchmark::State& st) { run_launches(st, true, true); 
 void BM_HookWorkOnly(benchmark::State& st) { run_launches(st, true, false); }
 
 
+// The same 8-pointer launch, direct and through the hook, interleaved in
+// rounds of 256 so that both see the same machine; the counters give the
+// difference and the ratio from this one run.
+void BM_LaunchHookAdded(benchmark::State& st) {
+  const Setup& s = setup();
+  CUdeviceptr ptrs[8];
+  void* params[8];
+  launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
+  auto call = [&] { return TIERRT_CU(cuLaunchKernel, s.f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr); };
+  constexpr int kRound = 256;
+  double direct_ns = 0, hooked_ns = 0;
+  std::uint64_t rounds = 0;
+  using Clock = std::chrono::steady_clock;
+  for (auto _ : st) {
+    const auto t0 = Clock::now();
+    for (int i = 0; i < kRound; ++i)
+      if (call()) std::abort();
+    const auto t1 = Clock::now();
+    for (int i = 0; i < kRound; ++i)
+      if (s.engine->launch(s.f, nullptr, params, nullptr, call)) std::abort();
+    const auto t2 = Clock::now();
+    direct_ns += std::chrono::duration<double, std::nano>(t1 - t0).count();
+    hooked_ns += std::chrono::duration<double, std::nano>(t2 - t1).count();
+    ++rounds;
+    st.PauseTiming();
+    cuCtxSynchronize();  // the queue stays short: both halves launch into an idle stream
+    st.ResumeTiming();
+  }
+  const double n = static_cast<double>(rounds * kRound);
+  if (n > 0) {
+    st.counters["direct_ns"] = direct_ns / n;
+    st.counters["hooked_ns"] = hooked_ns / n;
+    st.counters["added_ns"] = (hooked_ns - direct_ns) / n;
+    st.counters["hooked_over_direct"] = direct_ns > 0 ? hooked_ns / direct_ns : 0;
+  }
+}
+
+// A launch naming one spilled block of st.range(0) bytes: the block is
+// spilled (outside the timing), then the launch fetches it on demand.
+void BM_DemandFetchLaunch(benchmark::State& st) {
+  const Setup& s = setup();
+  const size_t bytes = static_cast<size_t>(st.range(0));
+  CUdeviceptr block = 0;
+  if (s.engine->allocate(&block, bytes, nullptr) || TIERRT_CU(cuMemsetD8, block, 1, bytes)) std::abort();
+  CUdeviceptr ptrs[8];
+  void* params[8];
+  for (int i = 0; i < 8; ++i) {
+    ptrs[i] = block;
+    params[i] = &ptrs[i];
+  }
+  auto call = [&] { return TIERRT_CU(cuLaunchKernel, s.f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr); };
+  auto spilled = [&] {
+    return s.engine->allocator_stats().blocks[static_cast<int>(tierrt::alloc::State::Spilled)];
+  };
+  using Clock = std::chrono::steady_clock;
+  double host_ns = 0, done_ns = 0;
+  std::uint64_t fetches = 0;
+  for (auto _ : st) {
+    st.PauseTiming();
+    cuCtxSynchronize();
+    const std::uint64_t before = spilled();
+    const auto deadline = Clock::now() + std::chrono::seconds(30);
+    while (!s.engine->advise(block, TIERRT_ADVISE_SPILL) && Clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    while (spilled() == before && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (spilled() == before) std::abort();  // the block never spilled: nothing to measure
+    st.ResumeTiming();
+    const auto t0 = Clock::now();
+    if (s.engine->launch(s.f, nullptr, params, nullptr, call)) std::abort();
+    const auto t1 = Clock::now();
+    st.PauseTiming();
+    cuCtxSynchronize();
+    const auto t2 = Clock::now();
+    st.ResumeTiming();
+    host_ns += std::chrono::duration<double, std::nano>(t1 - t0).count();
+    done_ns += std::chrono::duration<double, std::nano>(t2 - t0).count();
+    ++fetches;
+  }
+  if (fetches > 0) {
+    st.counters["host_us"] = host_ns / static_cast<double>(fetches) / 1e3;
+    st.counters["until_done_us"] = done_ns / static_cast<double>(fetches) / 1e3;
+    st.counters["host_share"] = done_ns > 0 ? host_ns / done_ns : 0;
+  }
+  st.SetBytesProcessed(static_cast<int64_t>(fetches * bytes));
+  if (s.engine->free_async(block, nullptr, [] { return CUDA_ERROR_NOT_FOUND; })) std::abort();
+}
+
 void BM_AllocFreeDriver(benchmark::State& st) {
   setup();
   const size_t bytes = static_cast<size_t>(st.range(0));
@@ -111,6 +204,8 @@ void BM_AllocFreeTierrt(benchmark::State& st) {
 BENCHMARK(BM_LaunchDirect)->Arg(100)->Arg(1000)->Arg(10000);
 BENCHMARK(BM_LaunchThroughHook)->Arg(100)->Arg(1000)->Arg(10000);
 BENCHMARK(BM_HookWorkOnly)->Arg(100)->Arg(1000)->Arg(10000);
+BENCHMARK(BM_LaunchHookAdded)->Arg(100)->Arg(1000)->Arg(10000);
+BENCHMARK(BM_DemandFetchLaunch)->Arg(4 << 20)->Arg(64 << 20)->Iterations(20);
 BENCHMARK(BM_AllocFreeDriver)->Arg(4 << 20)->Arg(64 << 20);
 BENCHMARK(BM_AllocFreeTierrt)->Arg(4 << 20)->Arg(64 << 20);
 

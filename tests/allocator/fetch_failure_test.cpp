@@ -216,6 +216,43 @@ TEST_P(SpillFailure, LeavesTheBlockResidentAndIntact) {
   }
 }
 
+// A fetch whose completion event could not be recorded, on a slow link (the
+// copy still runs when the fetch gives up), while the wait for its stream
+// fails too: the block's VA must not be unmapped (copy mode) or remapped to
+// its host copy (remap mode) under the copy still writing it. Found by the
+// random truth program with faults (the copy wrote unmapped memory, and a
+// later call got the sticky CUDA_ERROR_ILLEGAL_ADDRESS).
+TEST_P(FetchFailure, AFetchWhoseCopyEndIsUnknownNeverUnmapsUnderIt) {
+  const auto [mode, spare] = GetParam();
+  for (unsigned nth = 1; nth <= kMaxNth; ++nth) {
+    SCOPED_TRACE("cuEventRecord:" + std::to_string(nth) + " and cuStreamSynchronize:1");
+    auto a = make(mode);
+    ASSERT_NE(a, nullptr);
+    Block* b = alloc(*a);
+    CU_OK(fill(*a, b, nullptr, 1));
+    ASSERT_EQ(a->spill(b), SpillResult::Started);
+    a->drain();
+    ASSERT_EQ(b->st(), State::Spilled);
+    if (!spare) a->trim();
+    ASSERT_EQ(simdev_inject_fault("cuEventRecord", nth, 0), 0);
+    ASSERT_EQ(simdev_inject_fault("cuStreamSynchronize", 1, 0), 0);
+    const CUresult r = launch_xor(*a, b, 3);  // a demand fetch
+    const CUresult synced = cuCtxSynchronize();
+    a->drain();
+    simdev_clear_faults();
+    ASSERT_EQ(synced, CUDA_SUCCESS) << "a fetch's copy or the launch touched unmapped memory";
+    std::vector<std::uint8_t> want = r == CUDA_SUCCESS ? xored(1, 3) : expected(kBytes, 1), got;
+    CU_OK(read(*a, b, &got));
+    EXPECT_TRUE(got == want) << "the launch " << (r == CUDA_SUCCESS ? "succeeded" : "failed")
+                             << " yet the block holds other bytes";
+    CU_OK(launch_xor(*a, b, 5));
+    CU_OK(cuCtxSynchronize());
+    CU_OK(a->free(b->va, nullptr));
+    a.reset();
+    if (::testing::Test::HasFailure()) return;
+  }
+}
+
 // A demand fetch that failed is counted as started and failed, never as
 // done: demand fetches stay among the fetches done, so the report's
 // prefetches (done less demand) cannot underflow.

@@ -144,14 +144,15 @@ TEST_P(Modes, InvariantConsumerStreamWaitsOnPrefetchEvent) {
   CU_OK(cuStreamCreate(&consumer, CU_STREAM_NON_BLOCKING));
   drv::reset_counts();
   drv::set_counting(true);
-  const auto t0 = std::chrono::steady_clock::now();
   CU_OK(a->prefetch(b, consumer));
-  const auto took = std::chrono::steady_clock::now() - t0;
   drv::set_counting(false);
-  // No host synchronisation: prefetch returns while the copy is in flight
-  // (256 MiB at 4 GB/s takes 64 ms), and the consumer waits on its event.
-  EXPECT_EQ(b->st(), State::Fetching);
-  EXPECT_LT(took, std::chrono::milliseconds(32));
+  // No host synchronisation: prefetch returns with the copy enqueued (256
+  // MiB at 4 GB/s takes 64 ms), and the consumer waits on its event. Told
+  // by the calls made, not by a time, which a loaded machine stretches (the
+  // counts are the process's: cuEventSynchronize is the mover thread's own
+  // wait for the copy, so it is not counted).
+  EXPECT_NE(b->st(), State::Spilled);
+  EXPECT_EQ(drv::calls(drv::Id::cuStreamSynchronize) + drv::calls(drv::Id::cuCtxSynchronize), 0u);
   EXPECT_GE(drv::calls(drv::Id::cuStreamWaitEvent), 1u);
   // The consumer's kernel goes in right away; it must see every byte.
   Block* bs[1] = {b};
