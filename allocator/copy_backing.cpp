@@ -19,7 +19,7 @@ CUresult CopyBacking::copy_to_host(const Block& b, const HostCopy& to, CUstream 
 }
 
 CUresult CopyBacking::leave_device(Block* b, const HostCopy&) noexcept {
-  return TIERRT_CU(cuMemUnmap, b->va, b->mapped);
+  return DeviceArena::unmap(b->va, b->mapped);
 }
 
 CUresult CopyBacking::enter_device(Block* b, CUmemGenericAllocationHandle dev) noexcept {
@@ -30,7 +30,7 @@ CUresult CopyBacking::copy_to_device(const Block& b, CUstream s) noexcept {
   return TIERRT_CU(cuMemcpyHtoDAsync, b.va, b.host.buf, b.size, s);
 }
 
-CUresult CopyBacking::undo_enter_device(Block* b) noexcept { return TIERRT_CU(cuMemUnmap, b->va, b->mapped); }
+CUresult CopyBacking::undo_enter_device(Block* b) noexcept { return DeviceArena::unmap(b->va, b->mapped); }
 
 void CopyBacking::release(Block*, HostCopy* c) noexcept {
   if (c->buf != nullptr) tier_.free_pinned(c->buf);

@@ -61,7 +61,7 @@ CUresult DeviceArena::create_range(std::size_t bytes, std::uintptr_t owner, cons
     return e;
   }
   if (!table_->insert(r.va, bytes, owner)) {
-    if (TIERRT_CU(cuMemUnmap, r.va, bytes) == CUDA_SUCCESS) {
+    if (unmap(r.va, bytes) == CUDA_SUCCESS) {
       give_chunk(r.chunk, bytes);
       free_address(r.va, bytes);
     }
@@ -75,7 +75,7 @@ void DeviceArena::destroy_range(const DeviceRange& r) noexcept {
   table_->erase(r.va, r.bytes);
   // A chunk the range could not be taken off stays with it: neither is
   // reused while the mapping lasts.
-  if (r.chunk != 0 && TIERRT_CU(cuMemUnmap, r.va, r.bytes) != CUDA_SUCCESS) return;
+  if (r.chunk != 0 && unmap(r.va, r.bytes) != CUDA_SUCCESS) return;
   if (r.chunk != 0) release_chunk(r.chunk, r.bytes);
   free_address(r.va, r.bytes);
 }
@@ -144,7 +144,15 @@ CUresult DeviceArena::map(CUdeviceptr va, std::size_t bytes, Handle h, const CUm
     acc[1].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   }
   r = TIERRT_CU(cuMemSetAccess, va, bytes, acc, host != nullptr ? 2 : 1);
-  if (r != CUDA_SUCCESS && TIERRT_CU(cuMemUnmap, va, bytes) != CUDA_SUCCESS && stuck != nullptr) *stuck = true;
+  if (r != CUDA_SUCCESS && unmap(va, bytes) != CUDA_SUCCESS && stuck != nullptr) *stuck = true;
+  return r;
+}
+
+CUresult DeviceArena::unmap(CUdeviceptr va, std::size_t bytes) noexcept {
+  constexpr int kTries = 3;
+  CUresult r = CUDA_SUCCESS;
+  for (int i = 0; i < kTries; ++i)
+    if ((r = TIERRT_CU(cuMemUnmap, va, bytes)) == CUDA_SUCCESS) return r;
   return r;
 }
 

@@ -101,6 +101,10 @@ class DeviceArena {
   // (then `*stuck`, when given, is set: `h` is still mapped there).
   CUresult map(CUdeviceptr va, std::size_t bytes, Handle h, const CUmemLocation* host = nullptr,
                bool* stuck = nullptr) noexcept;
+  // Unmaps [va, va + bytes), the call asked again when it fails: a mapping
+  // left behind by one failed unmap is a VA no later fetch can map (and, in
+  // an undo, a chunk that cannot be given back).
+  static CUresult unmap(CUdeviceptr va, std::size_t bytes) noexcept;
   CUresult reserve_address(std::size_t bytes, CUdeviceptr* va) noexcept;
   void free_address(CUdeviceptr va, std::size_t bytes) noexcept;
 

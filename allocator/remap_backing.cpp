@@ -65,7 +65,7 @@ CUresult RemapBacking::copy_to_host(const Block& b, const HostCopy&, CUstream s)
 }
 
 CUresult RemapBacking::leave_device(Block* b, const HostCopy& to) noexcept {
-  CUresult r = TIERRT_CU(cuMemUnmap, b->va, b->mapped);
+  CUresult r = DeviceArena::unmap(b->va, b->mapped);
   if (r != CUDA_SUCCESS) return r;  // still on the device chunk
   if ((r = map_host(b->va, b->mapped, to.chunk)) == CUDA_SUCCESS) {
     b->va_on_host = true;
@@ -79,7 +79,7 @@ CUresult RemapBacking::leave_device(Block* b, const HostCopy& to) noexcept {
 
 CUresult RemapBacking::enter_device(Block* b, CUmemGenericAllocationHandle dev) noexcept {
   if (b->va_on_host) {
-    const CUresult r = TIERRT_CU(cuMemUnmap, b->va, b->mapped);
+    const CUresult r = DeviceArena::unmap(b->va, b->mapped);
     if (r != CUDA_SUCCESS) return r;  // still on the host copy
     b->va_on_host = false;
   }
@@ -93,7 +93,7 @@ CUresult RemapBacking::copy_to_device(const Block& b, CUstream s) noexcept {
 }
 
 CUresult RemapBacking::undo_enter_device(Block* b) noexcept {
-  const CUresult r = TIERRT_CU(cuMemUnmap, b->va, b->mapped);
+  const CUresult r = DeviceArena::unmap(b->va, b->mapped);
   if (r == CUDA_SUCCESS) remap_host(b);
   return r;
 }
@@ -114,13 +114,13 @@ void RemapBacking::release_host_chunk(Block* b, CUmemGenericAllocationHandle h, 
 }
 
 void RemapBacking::release(Block* b, HostCopy* c) noexcept {
-  if (c->chunk != 0) release_host_chunk(b, c->chunk, TIERRT_CU(cuMemUnmap, b->shadow, b->mapped) == CUDA_SUCCESS);
+  if (c->chunk != 0) release_host_chunk(b, c->chunk, DeviceArena::unmap(b->shadow, b->mapped) == CUDA_SUCCESS);
   budget_.release(c->bytes);
   *c = HostCopy{};
 }
 
 void RemapBacking::destroy(Block* b) noexcept {
-  if (b->va_on_host) (void)TIERRT_CU(cuMemUnmap, b->va, b->mapped);  // the range is freed next regardless
+  if (b->va_on_host) (void)DeviceArena::unmap(b->va, b->mapped);  // the range is freed next regardless
   b->va_on_host = false;
   release(b, &b->host);
   if (b->shadow != 0) arena_.free_address(b->shadow, b->mapped);
