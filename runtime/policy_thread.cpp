@@ -147,8 +147,11 @@ void PolicyThread::run() {
     if (may_nap(steady_ns())) {
       napping_.store(true, std::memory_order_seq_cst);
       naps_.fetch_add(1, std::memory_order_relaxed);
-      cv_.wait(lock, [&] { return claimed() || stopping_.load(std::memory_order_acquire) ||
-                                  (!recalled_ && allocator_.tiering_stopped() != nullptr); });
+      cv_.wait(lock, [&] {
+        return claimed() || stopping_.load(std::memory_order_acquire) ||
+               inject_exception_.load(std::memory_order_relaxed) ||
+               (!recalled_ && allocator_.tiering_stopped() != nullptr);
+      });
       napping_.store(false, std::memory_order_relaxed);
       last_taken_ns_ = steady_ns();  // poll again until the post lands
       continue;

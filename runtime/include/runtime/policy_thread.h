@@ -92,7 +92,10 @@ class PolicyThread {
 
   // The thread throws at its next turn, as a failing planner would: how
   // tests reach the containment (tiering stops, the job goes on).
-  void inject_exception() noexcept { inject_exception_.store(true, std::memory_order_relaxed); }
+  void inject_exception() noexcept {
+    inject_exception_.store(true, std::memory_order_relaxed);
+    wake();
+  }
 
  private:
   // What a slot carries: an event, or one of the mover's reports.
