@@ -7,7 +7,12 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "phys_pool.h"
 #include "state.h"
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14; older kernels answer EINVAL, and pages fault in on use
+#endif
 
 namespace simdev {
 
@@ -37,7 +42,8 @@ bool overlaps(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1) { return a0 < 
 }  // namespace
 
 PhysAlloc::~PhysAlloc() {
-  if (fd >= 0) close(fd);
+  // Nothing maps it any more: every mapping holds its PhysAlloc.
+  if (fd >= 0) phys_pool().give_fd(fd, size, resident);
   if (counter) counter->fetch_sub(size);
 }
 
@@ -127,9 +133,31 @@ CUresult AddressSpace::free_reservation(uint64_t base, uint64_t size) {
   // Whatever is still mapped goes with the reservation, as with the driver.
   wait_until_unused(base, base + size);
   if (!map_none(base, size)) return CUDA_ERROR_UNKNOWN;
+  ghosts_.erase(ghosts_.lower_bound(base), ghosts_.lower_bound(base + size));  // gone with the range
   reservations_.erase(it);
   free_va(base, size);
+  drop_dead_ghosts();
   return CUDA_SUCCESS;
+}
+
+void AddressSpace::drop_ghosts(uint64_t begin, uint64_t end) {
+  auto it = ghosts_.lower_bound(begin);
+  if (it != ghosts_.begin() && std::prev(it)->first + std::prev(it)->second.size > begin) --it;
+  while (it != ghosts_.end() && it->first < end) {
+    map_none(it->first, it->second.size);
+    it = ghosts_.erase(it);
+  }
+}
+
+void AddressSpace::drop_dead_ghosts() {
+  for (auto it = ghosts_.begin(); it != ghosts_.end();) {
+    if (it->second.phys.expired()) {
+      map_none(it->first, it->second.size);  // its pages go back to the pool, or to the kernel
+      it = ghosts_.erase(it);
+    } else {
+      ++it;
+    }
+  }
 }
 
 std::shared_ptr<PhysAlloc> AddressSpace::new_phys(uint64_t size, const CUmemAllocationProp& prop,
@@ -150,10 +178,10 @@ std::shared_ptr<PhysAlloc> AddressSpace::new_phys(uint64_t size, const CUmemAllo
   phys->on_host = on_host;
   phys->counter = &counter;
   if (!anonymous) {
-    phys->fd = memfd_create("simdev-physical", MFD_CLOEXEC);
-    if (phys->fd < 0 || ftruncate(phys->fd, static_cast<off_t>(size)) != 0) {
+    phys->fd = phys_pool().take_fd(size, &phys->resident);
+    if (phys->fd < 0) {
       *err = CUDA_ERROR_OUT_OF_MEMORY;
-      return nullptr;  // the destructor closes the fd and returns the bytes
+      return nullptr;  // the destructor returns the bytes
     }
   }
   *err = CUDA_SUCCESS;
@@ -176,7 +204,10 @@ CUresult AddressSpace::release(CUmemGenericAllocationHandle h) {
   std::unique_lock lock(mu_);
   auto it = handles_.find(h);
   if (it == handles_.end()) return CUDA_ERROR_INVALID_VALUE;
-  if (--it->second.user_refs == 0) handles_.erase(it);  // mappings keep the memory alive
+  if (--it->second.user_refs == 0) {
+    handles_.erase(it);  // mappings keep the memory alive
+    drop_dead_ghosts();
+  }
   return CUDA_SUCCESS;
 }
 
@@ -240,13 +271,24 @@ CUresult AddressSpace::map(uint64_t va, uint64_t size, uint64_t offset, CUmemGen
   if (!r || r->origin != Origin::kReserve || va + size > r->base + r->size) return CUDA_ERROR_INVALID_VALUE;
   for (auto& [mva, m] : r->maps)
     if (overlaps(va, va + size, mva, mva + m.size)) return CUDA_ERROR_INVALID_VALUE;
-  void* p = mmap(reinterpret_cast<void*>(va), size, PROT_NONE, MAP_SHARED | MAP_FIXED, phys->fd,
-                 static_cast<off_t>(offset));
-  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  // The same memory unmapped from here last: still in place, no access.
+  auto g = ghosts_.find(va);
+  bool revived = g != ghosts_.end() && g->second.size == size && g->second.offset == offset &&
+                 g->second.phys.lock() == phys;
+  bool filled = revived && g->second.filled;
+  if (revived) {
+    ghosts_.erase(g);
+  } else {
+    drop_ghosts(va, va + size);
+    void* p = mmap(reinterpret_cast<void*>(va), size, PROT_NONE, MAP_SHARED | MAP_FIXED, phys->fd,
+                   static_cast<off_t>(offset));
+    if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   Mapping m;
   m.va = va;
   m.size = size;
   m.offset = offset;
+  m.filled = Mapping::FillFlag(filled);
   m.phys = std::move(phys);
   r->maps.emplace(va, std::move(m));
   return CUDA_SUCCESS;
@@ -269,8 +311,18 @@ CUresult AddressSpace::unmap(uint64_t va, uint64_t size) {
     ++it;
   }
   wait_until_unused(va, va + size);
-  if (!map_none(va, size)) return CUDA_ERROR_UNKNOWN;
+  // Resident memory stays mapped with no access (a ghost, bounded in number);
+  // the rest goes back to PROT_NONE anonymous memory.
+  constexpr size_t kMaxGhosts = 4096;
+  for (auto m = first; m != it; ++m) {
+    const Mapping& mp = m->second;
+    bool ghost = mp.phys->resident && ghosts_.size() < kMaxGhosts &&
+                 mprotect(reinterpret_cast<void*>(mp.va), mp.size, PROT_NONE) == 0;
+    if (ghost) ghosts_[mp.va] = Ghost{mp.size, mp.offset, mp.phys, mp.filled.v.load()};
+    else if (!map_none(mp.va, mp.size)) return CUDA_ERROR_UNKNOWN;
+  }
   r->maps.erase(first, it);
+  drop_dead_ghosts();
   return CUDA_SUCCESS;
 }
 
@@ -388,11 +440,14 @@ CUresult AddressSpace::mem_free(uint64_t base) {
 CUresult AddressSpace::host_alloc(uint64_t size, unsigned flags, void** out) {
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;
   uint64_t bytes = round_up(size, kPage);
-  void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  // Page-locked memory is resident from the start: faulted in here (or
+  // recycled), not under the first copy.
+  bool resident = false;
+  void* p = phys_pool().take_host(bytes, &resident);
+  if (p == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
   std::unique_lock lock(mu_);
   uint64_t b = reinterpret_cast<uint64_t>(p);
-  host_ranges_[b] = HostRange{b, bytes, flags, true, next_buffer_id_++};
+  host_ranges_[b] = HostRange{b, bytes, flags, true, next_buffer_id_++, resident};
   *out = p;
   return CUDA_SUCCESS;
 }
@@ -402,9 +457,10 @@ CUresult AddressSpace::host_free(void* p) {
   auto it = host_ranges_.find(reinterpret_cast<uint64_t>(p));
   if (it == host_ranges_.end() || !it->second.owned) return CUDA_ERROR_INVALID_VALUE;
   uint64_t b = it->second.base, s = it->second.size;
+  bool resident = it->second.resident;
   wait_until_unused(b, b + s);
   host_ranges_.erase(it);
-  munmap(p, s);
+  phys_pool().give_host(p, s, resident);
   return CUDA_SUCCESS;
 }
 
@@ -463,7 +519,8 @@ Resolved AddressSpace::resolve(uint64_t p) const {
   return out;
 }
 
-CUresult AddressSpace::check_access_locked(const Access& a, std::vector<std::pair<uint64_t, uint64_t>>& ranges) const {
+CUresult AddressSpace::check_access_locked(const Access& a, std::vector<std::pair<uint64_t, uint64_t>>& ranges,
+                                           std::vector<std::pair<uint64_t, uint64_t>>* fill) const {
   if (!in_arena(a.ptr)) {
     // Host memory: pinned or pageable, the work may touch it as it is.
     if (a.bytes) ranges.emplace_back(a.ptr, a.ptr + a.bytes);
@@ -481,7 +538,15 @@ CUresult AddressSpace::check_access_locked(const Access& a, std::vector<std::pai
     bool ok = a.write ? m.device_access == CU_MEM_ACCESS_FLAGS_PROT_READWRITE
                       : m.device_access != CU_MEM_ACCESS_FLAGS_PROT_NONE;
     if (!ok) return CUDA_ERROR_ILLEGAL_ADDRESS;
-    ranges.emplace_back(cursor, std::min(end, m.va + m.size));
+    const uint64_t stop = std::min(end, m.va + m.size);
+    ranges.emplace_back(cursor, stop);
+    // Only what the access touches: a small copy into a large mapping fills
+    // no more than it would have faulted in. The whole mapping once filled
+    // is never filled again.
+    if (fill && m.phys->resident && !m.filled.v.load()) {
+      fill->emplace_back(cursor / kPage * kPage, stop);
+      if (cursor == m.va && stop == m.va + m.size) m.filled.v.store(true);
+    }
     cursor = m.va + m.size;
   }
   return CUDA_SUCCESS;
@@ -493,11 +558,19 @@ bool AddressSpace::mapped(const Access& a) const {
   return check_access_locked(a, ranges) == CUDA_SUCCESS;
 }
 
-CUresult AddressSpace::begin_use(const Access* accesses, size_t n, uint64_t* token) {
+void AddressSpace::fill_page_tables(uint64_t begin, uint64_t end) {
+  // Read faults in bulk: shmem maps its pages writable where the mapping is
+  // (no dirty tracking), so writes then take no fault either. Kernels before
+  // 5.14 answer EINVAL, and the copy faults its pages in as before.
+  (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_READ);
+}
+
+CUresult AddressSpace::begin_use(const Access* accesses, size_t n, uint64_t* token,
+                                 std::vector<std::pair<uint64_t, uint64_t>>* fill) {
   ActiveUse use;
   std::shared_lock lock(mu_);
   for (size_t i = 0; i < n; ++i)
-    if (CUresult e = check_access_locked(accesses[i], use.ranges)) {
+    if (CUresult e = check_access_locked(accesses[i], use.ranges, fill)) {
       if (state().config.report_faults)
         std::fprintf(stderr, "simdev: a copy %s [0x%llx, 0x%llx), which is not mapped for it\n",
                      accesses[i].write ? "wrote" : "read", static_cast<unsigned long long>(accesses[i].ptr),

@@ -7,7 +7,10 @@
 // Physical allocations are memfds (DEVICE ones count against SIMDEV_MEM,
 // HOST/HOST_NUMA ones against host memory); cuMemMap maps the memfd at the VA
 // with no access, cuMemSetAccess opens it, cuMemUnmap returns the range to
-// PROT_NONE. Pinned host memory (cuMemHostAlloc/Register) is tracked by range.
+// PROT_NONE (resident memory stays mapped there with no access: a ghost, see
+// ghosts_). Pinned host memory (cuMemHostAlloc/Register) is tracked by range.
+// The memfds and cuMemHostAlloc's pages come from the resident pool
+// (phys_pool.h).
 #pragma once
 
 #include <atomic>
@@ -25,6 +28,7 @@ namespace simdev {
 
 struct PhysAlloc {
   int fd = -1;  // -1: anonymous shared memory (cuMemAlloc)
+  bool resident = false;  // the fd's pages are allocated (phys_pool.h): recycled when released
   uint64_t size = 0;
   CUmemAllocationProp prop{};
   bool on_host = false;  // HOST / HOST_NUMA location
@@ -37,6 +41,18 @@ struct Mapping {
   std::shared_ptr<PhysAlloc> phys;
   CUmemAccess_flags device_access = CU_MEM_ACCESS_FLAGS_PROT_NONE;
   CUmemAccess_flags host_access = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  // Its page tables are filled (resident memory): by the first copy or
+  // memset that touches it (begin_use), inside the copy's modeled time.
+  struct FillFlag {
+    mutable std::atomic<bool> v{false};
+    FillFlag() = default;
+    explicit FillFlag(bool b) : v(b) {}
+    FillFlag(const FillFlag& o) : v(o.v.load()) {}
+    FillFlag& operator=(const FillFlag& o) {
+      v = o.v.load();
+      return *this;
+    }
+  } filled;
 };
 
 enum class Origin { kReserve, kMemAlloc };
@@ -54,6 +70,7 @@ struct HostRange {
   unsigned flags = 0;
   bool owned = false;  // cuMemHostAlloc (we munmap) vs cuMemHostRegister
   uint64_t buffer_id = 0;
+  bool resident = false;  // cuMemHostAlloc from the resident pool (phys_pool.h)
 };
 
 // What a pointer is, for pointer attributes, copies and launch checks.
@@ -107,7 +124,16 @@ class AddressSpace {
   // access names device VA that is not mapped with the access it needs. A
   // concurrent unmap of a range in use waits for the work, then poisons the
   // context: the real device would have faulted.
-  CUresult begin_use(const Access* accesses, size_t n, uint64_t* token);
+  // `fill`, if not null, gets the ranges of resident memory the accesses
+  // touch whose mappings' page tables are not all filled yet: the caller
+  // fills them (fill_page_tables) while the use is active, before touching
+  // them.
+  CUresult begin_use(const Access* accesses, size_t n, uint64_t* token,
+                     std::vector<std::pair<uint64_t, uint64_t>>* fill = nullptr);
+  // Fills the host's page tables for [begin, end) of resident memory, so
+  // that the copy that follows takes no fault per page (a GPU's page tables
+  // are written once, at map, with 2 MiB pages).
+  static void fill_page_tables(uint64_t begin, uint64_t end);
   void end_use(uint64_t token);
 
   uint64_t device_used() const { return device_used_.load(); }
@@ -125,9 +151,14 @@ class AddressSpace {
   Reservation* reservation_of(uint64_t p);
   const Reservation* reservation_of(uint64_t p) const;
   const HostRange* host_range_of(uint64_t p) const;
-  CUresult check_access_locked(const Access& a, std::vector<std::pair<uint64_t, uint64_t>>& ranges) const;
+  CUresult check_access_locked(const Access& a, std::vector<std::pair<uint64_t, uint64_t>>& ranges,
+                               std::vector<std::pair<uint64_t, uint64_t>>* fill = nullptr) const;
   void wait_until_unused(uint64_t begin, uint64_t end);  // caller holds mu_ exclusively
   std::shared_ptr<PhysAlloc> new_phys(uint64_t size, const CUmemAllocationProp& prop, bool anonymous, CUresult* err);
+  // Ghosts (caller holds mu_ exclusively): those overlapping [begin, end)
+  // are unmapped for good; those of released memory too.
+  void drop_ghosts(uint64_t begin, uint64_t end);
+  void drop_dead_ghosts();
 
   uint64_t arena_base_ = 0, arena_size_ = 0, bump_ = 0;
   std::map<uint64_t, uint64_t> free_va_;  // base -> size, below bump_
@@ -142,6 +173,18 @@ class AddressSpace {
     int user_refs = 0;
   };
   std::unordered_map<CUmemGenericAllocationHandle, HandleEntry> handles_;
+  // A mapping of resident memory that cuMemUnmap left in place with no
+  // access (PROT_NONE: still unbacked to every access), so that its page
+  // tables survive: mapping the same memory at the same VA again, as a
+  // tiering allocator does with its chunks, then refills nothing. Only
+  // simdev's bookkeeping (reservations_) says what is mapped; a ghost goes
+  // once its VA is mapped otherwise or freed, or its memory released.
+  struct Ghost {
+    uint64_t size = 0, offset = 0;
+    std::weak_ptr<PhysAlloc> phys;
+    bool filled = false;
+  };
+  std::map<uint64_t, Ghost> ghosts_;  // by VA
   uint64_t next_handle_ = 1, next_buffer_id_ = 1;
 
   std::mutex use_mu_;

@@ -41,12 +41,19 @@ CUresult run_copy(uint64_t dst, uint64_t src, size_t n) {
   AddressSpace& m = state().memory;
   Access acc[2] = {{dst, n, true}, {src, n, false}};
   uint64_t token = 0;
-  if (CUresult e = m.begin_use(acc, 2, &token)) return e;
+  std::vector<std::pair<uint64_t, uint64_t>> fill;
+  if (CUresult e = m.begin_use(acc, 2, &token, &fill)) return e;
   [[maybe_unused]] DeviceBytesMove untracked;
-  if (CopyEngine* engine = link_engine(dst, src))
-    engine->transfer(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
-  else
+  // Page tables of memory mapped since it was last touched are filled first,
+  // within the copy's modeled time (what the host costs, not the device).
+  auto move = [&] {
+    for (auto [b, e] : fill) AddressSpace::fill_page_tables(b, e);
     std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), n);
+  };
+  if (CopyEngine* engine = link_engine(dst, src))
+    engine->occupy(n, move);
+  else
+    move();
   m.end_use(token);
   return CUDA_SUCCESS;
 }
@@ -120,8 +127,10 @@ Work memset_work(uint64_t dst, size_t pitch, uint32_t value, unsigned elem, size
     std::vector<Access> rows;
     for (size_t r = 0; r < height; ++r) rows.push_back({dst + r * pitch, width * elem, true});
     uint64_t token = 0;
-    if (CUresult e = m.begin_use(rows.data(), rows.size(), &token)) return e;
+    std::vector<std::pair<uint64_t, uint64_t>> tables;
+    if (CUresult e = m.begin_use(rows.data(), rows.size(), &token, &tables)) return e;
     auto set_rows = [&] {
+      for (auto [b, e] : tables) AddressSpace::fill_page_tables(b, e);
       [[maybe_unused]] DeviceBytesMove untracked;
       for (size_t r = 0; r < height; ++r) fill(dst + r * pitch, value, elem, width);
     };

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -112,6 +113,16 @@ Config load_config_from_env() {
     auto b = parse_bytes(v);
     if (b && *b >= kGranularity) cfg.host_bytes = *b;
     else note_error(cfg, "SIMDEV_HOST_MEM", v, "a size of at least 2MiB such as 16GiB");
+  }
+  // Physical memory kept resident (phys_pool.h): 1 GiB, or an eighth of
+  // the machine's memory where that is less.
+  cfg.resident_bytes = std::min(uint64_t{1} << 30, physical_ram() / 8);
+  if (const char* v = env("SIMDEV_RESIDENT")) {
+    std::string t = v;
+    auto b = parse_bytes(v);
+    if (t == "0") cfg.resident_bytes = 0;
+    else if (b) cfg.resident_bytes = *b;
+    else note_error(cfg, "SIMDEV_RESIDENT", v, "a size such as 1GiB or 256MiB, or 0 (memory faults in on first touch)");
   }
   if (const char* v = env("SIMDEV_VA")) {
     auto b = parse_bytes(v);

@@ -19,6 +19,7 @@ struct Config {
   uint64_t device_bytes = uint64_t{4} << 30;  // SIMDEV_MEM
   uint64_t host_bytes = 0;                    // SIMDEV_HOST_MEM (0: physical RAM)
   uint64_t va_bytes = uint64_t{256} << 30;    // SIMDEV_VA: device VA space
+  uint64_t resident_bytes = 0;                // SIMDEV_RESIDENT: pre-faulted, recycled physical memory
   double h2d_bytes_per_ns = 0;                // SIMDEV_H2D_GBPS (0: unthrottled)
   double d2h_bytes_per_ns = 0;                // SIMDEV_D2H_GBPS
   int host_numa_id = 0;                       // SIMDEV_HOST_NUMA_ID

@@ -1,13 +1,8 @@
 #include "copy_engine.h"
 
-#include <cstring>
 #include <thread>
 
 namespace simdev {
-
-void CopyEngine::transfer(void* dst, const void* src, size_t bytes) {
-  occupy(bytes, [&] { std::memmove(dst, src, bytes); });
-}
 
 void CopyEngine::occupy(size_t bytes, const std::function<void()>& move) {
   if (bytes_per_ns_ <= 0) {

@@ -13,8 +13,10 @@ namespace simdev {
 class CopyEngine {
  public:
   void set_bandwidth(double bytes_per_ns) { bytes_per_ns_ = bytes_per_ns; }
-  void transfer(void* dst, const void* src, size_t bytes);
   // Runs `move` (which writes `bytes` bytes across the link) on the engine.
+  // Each engine books its own time: a copy on the other engine neither
+  // waits for this one nor shares its bandwidth, as with a GPU's copy
+  // engines (one per direction).
   void occupy(size_t bytes, const std::function<void()>& move);
 
  private:

@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <vector>
 
+#include "phys_pool.h"
+
 namespace simdev {
 
 namespace {
@@ -21,6 +23,7 @@ __attribute__((constructor)) void load_configuration() {
     s.config_error = arm_faults_from_spec(s.config.fail_spec);
   s.h2d.set_bandwidth(s.config.h2d_bytes_per_ns);
   s.d2h.set_bandwidth(s.config.d2h_bytes_per_ns);
+  phys_pool().set_limit(s.config.resident_bytes);
 }
 
 }  // namespace
