@@ -2,32 +2,12 @@
 
 #include <algorithm>
 
+#include "added_launches.hpp"
+#include "framework_plan.hpp"
 #include "layer_groups.hpp"
 #include "policies/excess_tracker.hpp"
 
 namespace tierrt::policy {
-namespace {
-
-StepPlan framework_plan(std::vector<Trigger> triggers, const StepTimeline& tl) {
-  return StepPlan{{}, TriggerTable(std::move(triggers), static_cast<std::uint32_t>(tl.ops.size()))};
-}
-
-bool is_projection_output(Role r) {
-  switch (r) {
-    case Role::Query:
-    case Role::Key:
-    case Role::Value:
-    case Role::AttentionOutput:
-    case Role::MlpUp:
-    case Role::MlpGate:
-    case Role::ExpertActivation:
-      return true;
-    default:
-      return false;
-  }
-}
-
-}  // namespace
 
 void ReactiveLruPolicy::choose(const VictimQuery& q, std::vector<std::uint32_t>& out) {
   std::vector<VictimCandidate> c(q.candidates.begin(), q.candidates.end());
@@ -39,10 +19,12 @@ std::vector<StepPlan> VdnnPolicy::plan_step(const StepContext& ctx) {
   const StepTimeline& tl = *ctx.framework_view;
   const auto groups = layer_groups(tl);
   std::vector<Trigger> t;
+  // In a transformer every kernel is a vDNN "layer", and what backward keeps of
+  // each is its input feature maps: every saved tensor of the step, not only the
+  // residual stream (that covered about a tenth of the activation bytes).
   for (const LayerGroup& g : groups) {
     for (std::size_t k = 0; k < g.blocks.size(); ++k) {
       const BlockRecord& r = tl.blocks[g.blocks[k]];
-      if (r.role != Role::LayerInput) continue;
       const IdleGap& gap = g.gaps[k];
       // The copy starts once the tensor is written and overlaps the layer's forward;
       // the layer's end waits for it, as vDNN synchronises per layer.
@@ -84,16 +66,36 @@ std::vector<StepPlan> TransformerEnginePolicy::plan_step(const StepContext& ctx)
   return {framework_plan(std::move(t), tl)};
 }
 
-std::vector<StepPlan> JaxStaticPolicy::plan_step(const StepContext& ctx) {
-  const StepTimeline& tl = *ctx.framework_view;
-  const auto groups = layer_groups(tl);
+std::optional<ExecutedStep> SaveOnCpuPolicy::executed_step(const StepTimeline& recorded, const LinkModel& link) const {
+  // The pack hook's non-blocking copy is queued on the compute stream behind the
+  // kernel that wrote the tensor: the next kernel starts only once it is done, so
+  // the copy's whole time adds to the step. (Each launch added here stands for it.)
+  std::vector<AddedLaunch> copies;
+  for (const LayerGroup& g : layer_groups(recorded))
+    for (std::uint32_t b : g.blocks) {
+      AddedLaunch copy;
+      copy.kind = AddedLaunch::Kind::StreamCopy;
+      copy.before_op = recorded.uses_of(b).front() + 1;
+      copy.reads = {b};
+      copy.ns = link.d2h_ns(static_cast<double>(recorded.blocks[b].bytes));
+      copies.push_back(std::move(copy));
+    }
+  if (copies.empty()) return std::nullopt;
+  return with_added_launches(recorded, copies);
+}
+
+std::vector<StepPlan> SaveOnCpuPolicy::plan_step(const StepContext& ctx) {
+  const StepTimeline& tl = *ctx.framework_view;  // the executed step, with the copy launches
   std::vector<Trigger> t;
-  for (const LayerGroup& g : groups) {
+  for (const LayerGroup& g : layer_groups(tl)) {
     for (std::size_t k = 0; k < g.blocks.size(); ++k) {
       const BlockRecord& r = tl.blocks[g.blocks[k]];
-      if (!is_projection_output(r.role)) continue;
+      // Starts with its compute-stream copy launch (right after the writer) and
+      // lasts as long, so the engine mirrors the stream. The device tensor goes when
+      // forward no longer reads it.
       t.push_back({tl.uses_of(g.blocks[k]).front(), Action::Spill, r.ordinal, g.gaps[k].last_before});
-      t.push_back({groups[g.prev_in_backward].bwd_first, Action::Prefetch, r.ordinal, 0});
+      // No prefetch: unpack copies it back when backward first reads it, on the
+      // compute stream (the model's demand fetch, which the launch waits for).
     }
   }
   return {framework_plan(std::move(t), tl)};

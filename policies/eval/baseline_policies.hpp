@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -29,9 +30,10 @@ class ReactiveLruPolicy final : public Policy {
   void choose(const VictimQuery& query, std::vector<std::uint32_t>& out) override;
 };
 
-// vDNN: offload every layer's input as soon as it is written, overlapped with that
-// layer's forward pass, which then waits for the copy; prefetch one layer ahead in
-// the backward pass.
+// vDNN (vDNN_all): offload every layer's input feature maps as soon as they are
+// written, overlapped with that layer's forward pass, which then waits for the copy;
+// prefetch one layer ahead in the backward pass. In a transformer step every saved
+// tensor is some kernel's input feature map, so all of them go.
 class VdnnPolicy final : public Policy {
  public:
   std::string_view name() const override { return "vdnn"; }
@@ -50,14 +52,21 @@ class TransformerEnginePolicy final : public Policy {
   std::vector<StepPlan> plan_step(const StepContext& ctx) override;
 };
 
-// JAX/XLA static host offload of named tensors (remat policy with offload_dst
-// pinned_host): every layer's projection outputs (Q, K, V, attention output, MLP up
-// and gate, expert activations) leave right after they are written and are prefetched
-// one layer ahead in the backward pass, whatever the budget.
-class JaxStaticPolicy final : public Policy {
+// PyTorch's torch.autograd.graph.save_on_cpu(pin_memory=True): the pack hook copies
+// every saved tensor to pinned host memory with a non-blocking copy on the current
+// (compute) stream, so the copy serialises with the kernels around it; unpack copies
+// it back on the same stream when backward reads it, with no prefetch. Every saved
+// tensor leaves, whatever the budget. (PyTorch packs once per save, so a tensor
+// saved by several ops is copied several times; the model copies it once, which
+// flatters save_on_cpu.)
+class SaveOnCpuPolicy final : public Policy {
  public:
-  std::string_view name() const override { return "jax"; }
+  std::string_view name() const override { return "save_on_cpu"; }
   bool needs_roles() const override { return true; }
+  // The copies, as launches on the compute stream.
+  std::optional<ExecutedStep> executed_step(const StepTimeline& recorded, const LinkModel& link) const override;
+  // The same copies on the D2H engine, timed alike, so that the model releases the
+  // device memory and counts the bytes.
   std::vector<StepPlan> plan_step(const StepContext& ctx) override;
 };
 

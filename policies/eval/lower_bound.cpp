@@ -16,6 +16,7 @@ LowerBound lower_bound(const StepTimeline& tl, std::uint64_t budget, const LinkM
 
   std::uint32_t peak = 0;
   double peak_excess = 0, out_stall = 0;
+  std::vector<double> out_stall_upto(tl.ops.size(), 0);  // the outbound stall over launches 0..i
   for (std::uint32_t i = 0; i < tl.ops.size(); ++i) {
     const double excess = static_cast<double>(profile[i]) - static_cast<double>(budget);
     if (excess <= 0) continue;
@@ -23,8 +24,10 @@ LowerBound lower_bound(const StepTimeline& tl, std::uint64_t budget, const LinkM
     for (std::uint32_t b : tl.blocks_of(i)) needed_now += tl.blocks[b].bytes;
     if (static_cast<double>(profile[i] - std::min(profile[i], needed_now)) < excess) lb.feasible = false;
     out_stall = std::max(out_stall, link.d2h_ns(excess) - start[i]);
+    out_stall_upto[i] = out_stall;
     if (excess > peak_excess) peak_excess = excess, peak = i;
   }
+  for (std::uint32_t i = 1; i < tl.ops.size(); ++i) out_stall_upto[i] = std::max(out_stall_upto[i], out_stall_upto[i - 1]);
 
   double back_stall = 0;
   if (peak_excess > 0) {
@@ -54,7 +57,12 @@ LowerBound lower_bound(const StepTimeline& tl, std::uint64_t budget, const LinkM
       if (must_return > 0) back_stall = std::max(back_stall, link.h2d_ns(must_return) - (start[j] - start[peak]));
     }
   }
-  lb.stall_ns = std::max({0.0, out_stall, back_stall});
+  // The outbound stall up to the peak accrues before the peak launch starts, the
+  // return stall between the peak and a later launch: disjoint stretches of the
+  // step, so both are paid. An outbound stall after the peak may overlap the return
+  // window and only counts on its own.
+  const double before_peak = peak_excess > 0 ? out_stall_upto[peak] : 0;
+  lb.stall_ns = std::max({0.0, out_stall, before_peak + back_stall});
   return lb;
 }
 

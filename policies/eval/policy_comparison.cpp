@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "baseline_policies.hpp"
+#include "recompute_policies.hpp"
 #include "replay.hpp"
 #include "tierrt_policy.hpp"
 #include "policies/lifetime_classifier.hpp"
@@ -32,28 +33,37 @@ PolicyFigures run_one(const std::vector<StepTimeline>& steps, Policy& p, const L
   f.steady = std::move(run.steps.back());
   f.overhead_vs_none = overhead(f.steady.step_ns, c.compute_ns);
   f.overhead_vs_bound = c.bound.feasible ? overhead(f.steady.step_ns, c.bound.step_ns()) : 0;
-  f.activation_off = c.activation_bytes == 0 ? 0
-                                             : static_cast<double>(f.steady.spilled_activation_bytes) /
-                                                   static_cast<double>(c.activation_bytes);
+  const auto share = [&](std::uint64_t bytes) {
+    return c.activation_bytes == 0 ? 0 : static_cast<double>(bytes) / static_cast<double>(c.activation_bytes);
+  };
+  f.activation_off = share(f.steady.spilled_activation_bytes);
+  f.activation_recomputed = share(run.recomputed_activation_bytes);
+  f.recompute_ns = run.recompute_ns;
+  f.stream_copy_ns = run.stream_copy_ns;
+  f.recomputes = run.recomputed_activation_bytes > 0 || run.recompute_ns > 0;
   return f;
 }
 
 }  // namespace
 
-std::vector<std::string> policy_names() { return {"none", "lru", "vdnn", "te", "jax", "tierrt"}; }
+std::vector<std::string> policy_names() {
+  return {"none", "lru", "vdnn", "te", "jax", "save_on_cpu", "checkpoint", "tierrt"};
+}
 
 std::unique_ptr<Policy> make_policy(std::string_view name, bool spill_all) {
   if (name == "none") return std::make_unique<NoOffloadPolicy>();
   if (name == "lru") return std::make_unique<ReactiveLruPolicy>();
   if (name == "vdnn") return std::make_unique<VdnnPolicy>();
   if (name == "te") return std::make_unique<TransformerEnginePolicy>();
-  if (name == "jax") return std::make_unique<JaxStaticPolicy>();
+  if (name == "jax") return std::make_unique<JaxRematOffloadPolicy>();
+  if (name == "save_on_cpu") return std::make_unique<SaveOnCpuPolicy>();
+  if (name == "checkpoint") return std::make_unique<CheckpointPolicy>();
   if (name == "tierrt") {
     PlannerOptions o;
     o.spill_all = spill_all;
     return std::make_unique<TierrtPolicy>(o);
   }
-  throw std::invalid_argument("unknown policy '" + std::string(name) + "': expected none, lru, vdnn, te, jax or tierrt");
+  throw std::invalid_argument("unknown policy '" + std::string(name) + "': expected none, lru, vdnn, te, jax, save_on_cpu, checkpoint or tierrt");
 }
 
 Comparison compare_policies(const std::vector<StepTimeline>& steps, const std::vector<std::string>& names,
@@ -82,6 +92,7 @@ Comparison compare_policies(const std::vector<StepTimeline>& steps, const std::v
     c.bound = LowerBound{c.compute_ns, 0, true};
     all_off = run_one(steps, *p, link, std::numeric_limits<std::uint64_t>::max(), record, c);
     c.budget = all_off->steady.peak_bytes;
+    c.offload_all_activation_off = all_off->activation_off;
   } else {
     c.budget = c.peak_without_offload -
                static_cast<std::uint64_t>(choice.offload_fraction * static_cast<double>(c.activation_bytes_at_peak));

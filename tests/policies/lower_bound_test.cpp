@@ -32,11 +32,22 @@ TEST(LowerBound, NoExcessNoStall) {
   EXPECT_DOUBLE_EQ(lb.stall_ns, 0);
 }
 
-TEST(LowerBound, OutboundCopyThatCannotHide) {
+TEST(LowerBound, OutboundAndReturnStallsAdd) {
   // At 150 MB, 50 MB of A must be gone before launch 1 starts (t = 10 ms): the D2H
-  // takes 50 ms, so at least 40 ms of stall; bringing 50 MB back later is free.
+  // takes 50 ms, so at least 40 ms of stall before launch 1. Those 50 MB must be back
+  // by launch 3, which starts 20 ms after launch 1 without stalls: the H2D takes
+  // 50 ms, so at least 30 ms more between launch 1 and launch 3. The two stretches
+  // do not overlap, so both are paid: 70 ms (the larger alone, 40 ms, was too low).
   const auto lb = lower_bound(two_blocks(), 150 * kMB, kLink);
   EXPECT_TRUE(lb.feasible);
+  EXPECT_NEAR(lb.stall_ns, 70e6, 1);
+}
+
+TEST(LowerBound, OutboundAloneWhenTheReturnHides) {
+  // A fast return link: 50 MB back in 0.5 ms hides within the 20 ms before launch 3;
+  // only the outbound 40 ms remain.
+  const LinkModel fast_back{"asym", 100e9, 1e9};
+  const auto lb = lower_bound(two_blocks(), 150 * kMB, fast_back);
   EXPECT_NEAR(lb.stall_ns, 40e6, 1);
 }
 

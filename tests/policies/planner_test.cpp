@@ -47,14 +47,18 @@ TEST_P(PlanHoldsBudget, EveryBoundedPolicyStaysWithinTheBudget) {
     // Whatever a plan leaves over, the safe reactive fallback must make fit.
     EXPECT_EQ(f.steady.over_budget_bytes, 0u) << f.name;
     EXPECT_EQ(f.first.over_budget_bytes, 0u) << f.name << " (learning step)";
-    if (f.steady.over_budget_bytes == 0) {
+    // The bound is for copy schedules of the recorded step; a recomputing baseline
+    // runs another step and may go below it.
+    if (f.steady.over_budget_bytes == 0 && !f.recomputes) {
       EXPECT_GE(f.steady.step_ns + 1e-6, c.bound.step_ns()) << f.name << " beat the lower bound";
     }
   }
   const auto& t = figures(c, "tierrt");
   EXPECT_LE(t.steady.step_ns, c.bound.step_ns() * 1.05);
+  // Among policies that only move tensors; against recompute (checkpoint, jax) tierrt
+  // can lose where the link is slow, and the table says so.
   for (const auto& f : c.policies) {
-    if (f.name != "none") {
+    if (f.name != "none" && !f.recomputes) {
       EXPECT_LE(t.steady.step_ns, f.steady.step_ns * (1 + 1e-9)) << "slower than " << f.name;
     }
   }

@@ -92,11 +92,14 @@ TEST_F(ReplayCli, SynthThenReplayWithCsvAndSvg) {
   r = run("replay --trace " + trace.string() + " --link c2c --csv " + csv.string() + " --svg " + svg.string());
   ASSERT_EQ(r.status, 0) << r.out;
   EXPECT_NE(r.out.find("MODELED"), std::string::npos);
-  for (const char* p : {"none", "lru", "vdnn", "te", "jax", "tierrt"}) EXPECT_NE(r.out.find(std::string("\n") + p + " "), std::string::npos) << p;
+  for (const char* p : {"none", "lru", "vdnn", "te", "jax", "save_on_cpu", "checkpoint", "tierrt"})
+    EXPECT_NE(r.out.find(std::string("\n") + p + " "), std::string::npos) << p;
   const std::string c = slurp(csv);
   EXPECT_EQ(c.rfind("# modeled", 0), 0u);
-  EXPECT_NE(c.find("modeled_peak_hbm_gib"), std::string::npos);
-  EXPECT_EQ(std::count(c.begin(), c.end(), '\n'), 2 + 6);  // comment, header, six policies
+  for (const char* col : {"modeled_peak_hbm_gib", "modeled_activation_recomputed", "modeled_recompute_ms",
+                          "modeled_stream_copy_ms"})
+    EXPECT_NE(c.find(col), std::string::npos) << col;
+  EXPECT_EQ(std::count(c.begin(), c.end(), '\n'), 2 + 8);  // comment, header, eight policies
   const std::string s = slurp(svg);
   EXPECT_EQ(s.rfind("<svg", 0), 0u);
   EXPECT_NE(s.find("</svg>"), std::string::npos);
@@ -105,7 +108,18 @@ TEST_F(ReplayCli, SynthThenReplayWithCsvAndSvg) {
   EXPECT_EQ(std::count(s.begin(), s.end(), '\n') > 10, true);
   std::size_t lines = 0;
   for (std::size_t at = 0; (at = s.find("<polyline", at)) != std::string::npos; ++at) ++lines;
-  EXPECT_EQ(lines, 6u);
+  EXPECT_EQ(lines, 8u);
+}
+
+TEST_F(ReplayCli, OffloadAllSaysWhatItMovedAndNewBaselinesAreSelectable) {
+  const auto r = run("replay --model llama3.1-8b --seq 1024 --steps 2 --offload-all --policies none,save_on_cpu,checkpoint,tierrt");
+  ASSERT_EQ(r.status, 0) << r.out;
+  // The budget is labelled by the share tierrt actually moved, never "every activation".
+  EXPECT_NE(r.out.find("% of the activation bytes moved)"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("every activation spilled"), std::string::npos) << r.out;
+  for (const char* p : {"none", "save_on_cpu", "checkpoint", "tierrt"})
+    EXPECT_NE(r.out.find(std::string("\n") + p + " "), std::string::npos) << p;
+  EXPECT_EQ(r.out.find("\nlru "), std::string::npos);
 }
 
 TEST_F(ReplayCli, RecordedTraceWithoutNamesSkipsNamedBaselines) {
@@ -123,7 +137,7 @@ TEST_F(ReplayCli, RecordedTraceWithoutNamesSkipsNamedBaselines) {
   tierrt::policy::write_trace_file(path.string(), t);
   const auto r = run("replay --trace " + path.string());
   ASSERT_EQ(r.status, 0) << r.out;
-  for (const char* p : {"vdnn", "te", "jax"})
+  for (const char* p : {"vdnn", "te", "jax", "save_on_cpu", "checkpoint"})
     EXPECT_NE(r.out.find(std::string("skipped ") + p + ": needs tensor names"), std::string::npos) << p;
   for (const char* p : {"none", "lru", "tierrt"}) EXPECT_NE(r.out.find(std::string("\n") + p + " "), std::string::npos) << p;
   EXPECT_NE(r.out.find("(recorded)"), std::string::npos);

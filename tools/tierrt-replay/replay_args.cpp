@@ -71,8 +71,10 @@ options:
   --offload-fraction F
                      budget = peak without offload - F x activation bytes at the peak
                      (default 0.5)
-  --offload-all      tierrt spills every activation; the budget is the peak it reaches
-  --policies LIST    comma-separated from none,lru,vdnn,te,jax,tierrt (default: all)
+  --offload-all      tierrt spills every activation it can; the budget is the peak
+                     it reaches (the table says what share of activations moved)
+  --policies LIST    comma-separated from none,lru,vdnn,te,jax,save_on_cpu,checkpoint,
+                     tierrt (default: all)
   --csv FILE         write the table as CSV
   --svg FILE         plot device memory over the last step, one line per policy
 )";

@@ -11,7 +11,8 @@ namespace tierrt::replay {
 namespace {
 
 constexpr double kW = 960, kH = 540, kLeft = 70, kRight = 150, kTop = 50, kBottom = 50;
-constexpr const char* kColors[] = {"#7f7f7f", "#d62728", "#9467bd", "#ff7f0e", "#2ca02c", "#1f77b4", "#8c564b"};
+constexpr const char* kColors[] = {"#7f7f7f", "#d62728", "#9467bd", "#ff7f0e", "#2ca02c",
+                                   "#e377c2", "#17becf", "#1f77b4", "#8c564b"};
 constexpr std::size_t kMaxPoints = 1500;  // per line: the max in each bucket keeps the peaks visible
 
 std::string num(double v) { return format_number("%.1f", v); }

@@ -1,11 +1,15 @@
 // A lower bound on the step time any schedule can reach at a budget: compute, plus
-// the stall that no order of copies can hide. Two constraints, each valid for every
-// policy, and the bound takes the larger:
+// the stall that no order of copies of the recorded step can hide (a policy that
+// recomputes runs another step and may go below it). Two constraints, each valid
+// for every such policy:
 //  - out: before launch i, at least excess(i) bytes must have crossed the D2H engine,
 //    which started no earlier than the step;
 //  - back: of the bytes off the device at the peak, those that launches up to j need
 //    (all but what stays unused until after j) must cross the H2D engine between the
 //    peak and launch j.
+// The outbound stall of launches up to the peak and the return stall after it fall
+// in disjoint stretches of the step, so the bound adds them (and keeps the larger
+// of that sum and the outbound stall of any launch).
 #pragma once
 
 #include <cstdint>

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -13,12 +14,25 @@
 
 namespace tierrt::policy {
 
+// A step as a policy makes the device run it when it adds work to the compute
+// stream: a recomputing policy frees the tensors it does not keep after their last
+// forward use and makes them again in launches added before their layer's backward
+// pass; save_on_cpu queues its copies on the compute stream. The simulator runs
+// `timeline` instead of the recorded step, so that work costs its time and memory.
+struct ExecutedStep {
+  StepTimeline timeline;
+  std::vector<std::uint32_t> recomputed;  // blocks (indices in the recorded step) made again in backward
+  double recompute_ns = 0;                // time of the recompute launches added
+  double stream_copy_ns = 0;              // time of the copies added to the compute stream
+};
+
 struct StepContext {
   std::uint64_t budget = 0;
   LinkModel link;
   // The step about to run, as the framework itself knows it (tensor roles, layers,
-  // the order it will launch). Only baselines that model framework-integrated
-  // offload (vDNN, Transformer Engine, JAX) may read it; policies that learn from
+  // the order it will launch; for a policy with an executed_step, the step as it
+  // runs it). Only baselines that model framework-integrated
+  // offload (vDNN, Transformer Engine, JAX, save_on_cpu, checkpointing) may read it; policies that learn from
   // the event stream must not.
   const StepTimeline* framework_view = nullptr;
 };
@@ -30,6 +44,14 @@ class Policy : public VictimChooser {
   virtual bool needs_roles() const { return false; }
   // The no-offload reference runs without a budget.
   virtual bool respects_budget() const { return true; }
+  // The step as this policy runs it when that is not the recorded one (recompute,
+  // copies on the compute stream); nothing for policies that only move tensors on
+  // the copy engines.
+  virtual std::optional<ExecutedStep> executed_step(const StepTimeline& recorded, const LinkModel& link) const {
+    (void)recorded;
+    (void)link;
+    return std::nullopt;
+  }
   // Alternatives for the coming step; the follower keeps the one the step matches.
   virtual std::vector<StepPlan> plan_step(const StepContext& ctx) = 0;
   // Called after each step with its observed (classified) timeline and outcome.

@@ -19,14 +19,15 @@
 
 namespace tierrt::policy {
 
-// none, lru, vdnn, te, jax, tierrt. `spill_all` makes tierrt spill every activation.
+// none, lru, vdnn, te, jax, save_on_cpu, checkpoint, tierrt. `spill_all` makes
+// tierrt spill every activation whose idle gap allows it.
 std::unique_ptr<Policy> make_policy(std::string_view name, bool spill_all = false);
 std::vector<std::string> policy_names();
 
 struct BudgetChoice {
   std::optional<std::uint64_t> bytes;  // an absolute device budget
   double offload_fraction = 0.5;       // else: peak without offload minus this share of activation bytes at the peak
-  bool offload_all = false;            // else: tierrt spills every activation; the budget is the peak it reaches
+  bool offload_all = false;            // else: tierrt spills every activation it can; the budget is the peak it reaches
 };
 
 struct PolicyFigures {
@@ -36,6 +37,10 @@ struct PolicyFigures {
   double overhead_vs_none = 0;  // steady step time / no-offload step time - 1
   double overhead_vs_bound = 0; // steady step time / lower-bound step time - 1
   double activation_off = 0;    // share of the step's activation bytes that reached the host
+  double activation_recomputed = 0;  // share of the step's activation bytes made again in backward
+  double recompute_ns = 0;           // time of the launches a recomputing policy added (in steady.step_ns)
+  double stream_copy_ns = 0;         // time of copies queued on the compute stream (in steady.step_ns)
+  bool recomputes = false;           // runs a different step than the recorded one (the bound does not apply)
 };
 
 struct Comparison {
@@ -45,6 +50,9 @@ struct Comparison {
   std::uint64_t activation_bytes = 0;
   double compute_ns = 0;
   LowerBound bound;
+  // --offload-all: the share of activation bytes tierrt actually moved at the peak
+  // it reached (the budget's label says it, not "every activation").
+  std::optional<double> offload_all_activation_off;
   std::vector<PolicyFigures> policies;
 };
 
