@@ -18,6 +18,7 @@
 #include "allocator/allocator.h"
 #include "allocator/granule_table.h"
 #include "allocator/host_tier.h"
+#include "bench/allocator/bench_context.h"
 #include "driver/driver.h"
 
 namespace {
@@ -25,18 +26,7 @@ namespace {
 using namespace tierrt::alloc;
 constexpr std::size_t MiB = 1u << 20;
 
-CUcontext context() {
-  static CUcontext ctx = [] {
-    CUcontext c = nullptr;
-    CUdevice d = 0;
-    if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&d, 0) != CUDA_SUCCESS ||
-        cuDevicePrimaryCtxRetain(&c, d) != CUDA_SUCCESS)
-      std::abort();
-    return c;
-  }();
-  cuCtxSetCurrent(ctx);
-  return ctx;
-}
+using tierrt::bench::context;
 
 std::unique_ptr<Allocator> make(SpillMode m, std::uint64_t min_bytes = 1 * MiB) {
   context();

@@ -32,6 +32,7 @@
 #include <string>
 
 #include "allocator/allocator.h"
+#include "bench/allocator/bench_context.h"
 #include "driver/driver.h"
 
 namespace {
@@ -40,18 +41,7 @@ using namespace tierrt::alloc;
 using Clock = std::chrono::steady_clock;
 constexpr std::size_t MiB = 1u << 20;
 
-CUcontext context() {
-  static CUcontext ctx = [] {
-    CUcontext c = nullptr;
-    CUdevice d = 0;
-    if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&d, 0) != CUDA_SUCCESS ||
-        cuDevicePrimaryCtxRetain(&c, d) != CUDA_SUCCESS)
-      std::abort();
-    return c;
-  }();
-  cuCtxSetCurrent(ctx);
-  return ctx;
-}
+using tierrt::bench::context;
 
 double modeled_gbps(const char* var) {
   const char* v = std::getenv(var);
@@ -170,6 +160,18 @@ void report(benchmark::State& st, const Rig& rig, std::size_t bytes_each_way, do
   }
 }
 
+// The end of a run that moved a block of `n` bytes each way per iteration:
+// the error that stopped it, or its bytes and figures.
+void finish(benchmark::State& st, Rig& rig, std::size_t n, double d2h_s, double h2d_s, double cpu_s) {
+  rig.a->set_observer(nullptr);
+  if (!rig.error.empty()) {
+    st.SkipWithError(rig.error.c_str());
+    return;
+  }
+  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * 2 * n));
+  report(st, rig, st.iterations() * n, d2h_s, h2d_s, cpu_s);
+}
+
 // A spill, finalised, then the fetch of the same block.
 void BM_MoverOneWay(benchmark::State& st, SpillMode m) {
   const std::size_t n = static_cast<std::size_t>(st.range(0));
@@ -198,14 +200,7 @@ void BM_MoverOneWay(benchmark::State& st, SpillMode m) {
     d2h_s += secs(t1 - t0);
     h2d_s += secs(t2 - t1);
   }
-  const double cpu1 = process_cpu_s();
-  rig.a->set_observer(nullptr);
-  if (!rig.error.empty()) {
-    st.SkipWithError(rig.error.c_str());
-    return;
-  }
-  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * 2 * n));
-  report(st, rig, st.iterations() * n, d2h_s, h2d_s, cpu1 - cpu0);
+  finish(st, rig, n, d2h_s, h2d_s, process_cpu_s() - cpu0);
 }
 BENCHMARK_CAPTURE(BM_MoverOneWay, remap, SpillMode::Remap)->Arg(64 * MiB)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_MoverOneWay, copy, SpillMode::Copy)->Arg(64 * MiB)->UseRealTime()->Unit(benchmark::kMillisecond);
@@ -236,14 +231,7 @@ void BM_MoverBothWays(benchmark::State& st, SpillMode m) {
     both_s += secs(Clock::now() - t0);
     out = 1 - out;
   }
-  const double cpu1 = process_cpu_s();
-  rig.a->set_observer(nullptr);
-  if (!rig.error.empty()) {
-    st.SkipWithError(rig.error.c_str());
-    return;
-  }
-  st.SetBytesProcessed(static_cast<std::int64_t>(st.iterations() * 2 * n));
-  report(st, rig, st.iterations() * n, both_s, both_s, cpu1 - cpu0);
+  finish(st, rig, n, both_s, both_s, process_cpu_s() - cpu0);
 }
 BENCHMARK_CAPTURE(BM_MoverBothWays, remap, SpillMode::Remap)->Arg(64 * MiB)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_MoverBothWays, copy, SpillMode::Copy)->Arg(64 * MiB)->UseRealTime()->Unit(benchmark::kMillisecond);
