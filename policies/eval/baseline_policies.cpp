@@ -17,23 +17,11 @@ void ReactiveLruPolicy::choose(const VictimQuery& q, std::vector<std::uint32_t>&
 
 std::vector<StepPlan> VdnnPolicy::plan_step(const StepContext& ctx) {
   const StepTimeline& tl = *ctx.framework_view;
-  const auto groups = layer_groups(tl);
-  std::vector<Trigger> t;
   // In a transformer every kernel is a vDNN "layer", and what backward keeps of
   // each is its input feature maps: every saved tensor of the step, not only the
   // residual stream (that covered about a tenth of the activation bytes).
-  for (const LayerGroup& g : groups) {
-    for (std::size_t k = 0; k < g.blocks.size(); ++k) {
-      const BlockRecord& r = tl.blocks[g.blocks[k]];
-      const IdleGap& gap = g.gaps[k];
-      // The copy starts once the tensor is written and overlaps the layer's forward;
-      // the layer's end waits for it, as vDNN synchronises per layer.
-      t.push_back({tl.uses_of(g.blocks[k]).front(), Action::Spill, r.ordinal, gap.last_before});
-      t.push_back({gap.last_before + 1, Action::AwaitSpill, r.ordinal, 0});
-      t.push_back({groups[g.prev_in_backward].bwd_first, Action::Prefetch, r.ordinal, 0});
-    }
-  }
-  return {framework_plan(std::move(t), tl)};
+  auto every = [](const BlockRecord&) { return true; };
+  return {framework_plan(offload_when_written(tl, layer_groups(tl), every, /*await_per_layer=*/true), tl)};
 }
 
 std::vector<StepPlan> TransformerEnginePolicy::plan_step(const StepContext& ctx) {

@@ -43,17 +43,8 @@ std::optional<ExecutedStep> JaxRematOffloadPolicy::executed_step(const StepTimel
 // tensors, so the prefetch one layer ahead targets that launch.
 std::vector<StepPlan> JaxRematOffloadPolicy::plan_step(const StepContext& ctx) {
   const StepTimeline& tl = *ctx.framework_view;
-  const auto groups = layer_groups(tl);
-  std::vector<Trigger> t;
-  for (const LayerGroup& g : groups) {
-    for (std::size_t k = 0; k < g.blocks.size(); ++k) {
-      const BlockRecord& r = tl.blocks[g.blocks[k]];
-      if (!is_projection_output(r.role)) continue;
-      t.push_back({tl.uses_of(g.blocks[k]).front(), Action::Spill, r.ordinal, g.gaps[k].last_before});
-      t.push_back({groups[g.prev_in_backward].bwd_first, Action::Prefetch, r.ordinal, 0});
-    }
-  }
-  return {framework_plan(std::move(t), tl)};
+  auto offloaded = [](const BlockRecord& r) { return is_projection_output(r.role); };
+  return {framework_plan(offload_when_written(tl, layer_groups(tl), offloaded, /*await_per_layer=*/false), tl)};
 }
 
 }  // namespace tierrt::policy
