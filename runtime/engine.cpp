@@ -88,8 +88,8 @@ void say_refused(std::size_t bytes, CUresult r, const alloc::Stats& s, Mode mode
 Engine::Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext ctx, CUmemoryPool default_pool)
     : settings_(s), alloc_(std::move(a)), ctx_(ctx), default_pool_(default_pool) {
   if (!s.record.empty() || !s.trace.empty()) recorder_ = std::make_unique<Recorder>(s.record, s.trace);
-  // The planner acts only when it tiers; a recorded run gets one that only
-  // watches, so that its launches carry device times (what tierrt-replay and
+  // The planner acts only when it tiers; a recorded (or traced) run gets one
+  // that only watches, so that its launches carry device times (what tierrt-replay and
   // `tierrt-run --estimate` model the step with), not the host's.
   const bool plans = s.mode == Mode::Tier && s.policy == Policy::Planner;
   if (plans || recorder_)

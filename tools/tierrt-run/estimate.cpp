@@ -26,12 +26,13 @@ namespace {
 volatile sig_atomic_t g_child = 0;
 
 // The command is in our process group, so a terminal's Ctrl-C reaches it by
-// itself; a signal sent to this process alone (kill, a batch system) is
+// itself (the kernel sends it: SI_KERNEL), and passing it on would deliver it
+// twice; a signal a process sent to this one (kill, a batch system) is
 // passed on. Either way this process waits for the command's end, then
 // estimates from what it recorded (tierrt writes the recording on SIGTERM
 // and SIGINT too).
-void forward(int sig) {
-  if (g_child > 0) kill(static_cast<pid_t>(g_child), sig);
+void forward(int sig, siginfo_t* info, void*) {
+  if (g_child > 0 && info->si_code != SI_KERNEL) kill(static_cast<pid_t>(g_child), sig);
 }
 
 std::string bytes_text(double b) {
@@ -104,6 +105,14 @@ int run_and_wait(std::vector<std::string> argv) {
     std::fprintf(stderr, "tierrt-run: cannot run %s: %s\n", args[0], std::strerror(errno));
     return 127;
   }
+  // Installed before the fork (exec resets them in the command): a signal
+  // that comes before the command's pid is known is dropped rather than
+  // ending this process and leaving the command running unwatched.
+  struct sigaction sa {};
+  sa.sa_sigaction = forward;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART | SA_SIGINFO;
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
   const pid_t child = fork();
   if (child < 0) {
     std::fprintf(stderr, "tierrt-run: cannot run %s: %s\n", args[0], std::strerror(errno));
@@ -118,11 +127,6 @@ int run_and_wait(std::vector<std::string> argv) {
   }
   close(fds[1]);
   g_child = child;
-  struct sigaction sa {};
-  sa.sa_handler = forward;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;
-  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
   int exec_errno = 0;
   ssize_t got;
   while ((got = read(fds[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
@@ -131,6 +135,7 @@ int run_and_wait(std::vector<std::string> argv) {
   int status = 0;
   while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
   }
+  g_child = 0;  // its pid may be another process's from now on
   if (got == static_cast<ssize_t>(sizeof exec_errno)) {
     std::fprintf(stderr, "tierrt-run: cannot run %s: %s\n", args[0], std::strerror(exec_errno));
     return 127;
