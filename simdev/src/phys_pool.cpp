@@ -36,16 +36,6 @@ void PhysPool::set_limit(uint64_t bytes) {
   limit_ = bytes;
 }
 
-uint64_t PhysPool::resident_bytes() {
-  std::lock_guard lock(mu_);
-  return resident_;
-}
-
-uint64_t PhysPool::pooled_bytes() {
-  std::lock_guard lock(mu_);
-  return pooled_;
-}
-
 void PhysPool::destroy(const Entry& e) {
   if (e.fd >= 0) close(e.fd);
   if (e.host != nullptr) munmap(e.host, e.size);
@@ -56,7 +46,6 @@ bool PhysPool::make_room(uint64_t size) {
     const Entry e = pool_.front();
     pool_.pop_front();
     resident_ -= e.size;
-    pooled_ -= e.size;
     destroy(e);  // under the lock: close and munmap do not block on simdev
   }
   if (resident_ + size > limit_) return false;
@@ -74,7 +63,6 @@ int PhysPool::take_fd(uint64_t size, bool* resident) {
     for (auto it = pool_.rbegin(); it != pool_.rend(); ++it) {
       if (it->fd < 0 || it->size != size) continue;
       const int fd = it->fd;
-      pooled_ -= size;
       pool_.erase(std::next(it).base());
       *resident = true;
       return fd;
@@ -116,7 +104,6 @@ void PhysPool::give_fd(int fd, uint64_t size, bool resident) {
     return;
   }
   pool_.push_back(Entry{fd, nullptr, size});
-  pooled_ += size;
 }
 
 void* PhysPool::take_host(uint64_t size, bool* resident) {
@@ -129,7 +116,6 @@ void* PhysPool::take_host(uint64_t size, bool* resident) {
       void* p = it->host;
       // Still populated: mprotect keeps the pages and their page tables.
       if (mprotect(p, size, PROT_READ | PROT_WRITE) != 0) break;
-      pooled_ -= size;
       pool_.erase(std::next(it).base());
       *resident = true;
       return p;
@@ -154,7 +140,6 @@ void PhysPool::give_host(void* p, uint64_t size, bool resident) {
     std::lock_guard lock(mu_);
     if (resident_ <= limit_ && mprotect(p, size, PROT_NONE) == 0) {
       pool_.push_back(Entry{-1, p, size});
-      pooled_ += size;
       return;
     }
     resident_ -= size;

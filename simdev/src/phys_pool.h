@@ -40,9 +40,6 @@ class PhysPool {
   // Memory of take_host's that nothing uses any more.
   void give_host(void* p, uint64_t size, bool resident);
 
-  uint64_t resident_bytes();  // live and pooled
-  uint64_t pooled_bytes();
-
  private:
   struct Entry {
     int fd = -1;          // a memfd, or
@@ -57,7 +54,6 @@ class PhysPool {
   std::mutex mu_;
   uint64_t limit_ = 0;
   uint64_t resident_ = 0;  // live resident allocations and pooled ones
-  uint64_t pooled_ = 0;
   std::list<Entry> pool_;  // oldest first
 };
 
