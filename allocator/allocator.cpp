@@ -235,6 +235,13 @@ Block* Allocator::lookup(CUdeviceptr ptr) const noexcept {
   return SlabPools::is_slab(e) ? nullptr : reinterpret_cast<Block*>(e);
 }
 
+Block* Allocator::block_starting_at(CUdeviceptr va) const noexcept {
+  Block* b = lookup(va);
+  if (b == nullptr) return nullptr;
+  auto l = p_->blocks.lock();
+  return b->va == va ? b : nullptr;
+}
+
 bool Allocator::owns(CUdeviceptr ptr) const noexcept { return p_->arena.table().find(ptr) != 0; }
 
 Block* Allocator::use_target(CUdeviceptr ptr) const noexcept {

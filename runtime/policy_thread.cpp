@@ -256,8 +256,8 @@ void PolicyThread::tag(const policy::Event& e) {
   const policy::StepTimeline* tl = policy_->planner().last_timeline();
   if (!tl) return;
   auto set = [&](policy::BlockId id, policy::LifetimeClass c) {
-    alloc::Block* b = allocator_.lookup(id);
-    if (b && b->va == id) allocator_.set_class(b, static_cast<std::uint8_t>(1 + static_cast<int>(c)));
+    if (alloc::Block* b = allocator_.block_starting_at(id))
+      allocator_.set_class(b, static_cast<std::uint8_t>(1 + static_cast<int>(c)));
   };
   if (e.kind == policy::EventKind::Alloc) {
     const auto ord = policy_->ordinal_of(e.a);
@@ -315,8 +315,7 @@ PolicyThread::LearnedStep PolicyThread::learned_step() const {
 alloc::Block* PolicyThread::block_for(std::uint32_t ordinal) const {
   auto id = policy_->block_of(ordinal);
   if (!id) return nullptr;
-  alloc::Block* b = allocator_.lookup(*id);
-  return b && b->va == *id ? b : nullptr;
+  return allocator_.block_starting_at(*id);
 }
 
 // A spill waits (in the allocator) for the block's recorded uses on the device;

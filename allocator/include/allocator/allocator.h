@@ -123,6 +123,10 @@ class Allocator {
   // The block containing ptr (interior pointers too), or null: not ours, a
   // small-object slab, or freed (check state()). O(1), lock-free.
   Block* lookup(CUdeviceptr ptr) const noexcept;
+  // The block whose allocation starts at `va`, or null. Its start is read
+  // under the block lock: another thread (the planner's) may ask while the
+  // block is destroyed and recycled for another allocation.
+  Block* block_starting_at(CUdeviceptr va) const noexcept;
   bool owns(CUdeviceptr ptr) const noexcept;
   // What a use of ptr is recorded on: its block, or for a small allocation
   // its slab's use record (Block::slab: no allocation, no VA of its own,
