@@ -42,8 +42,14 @@ bool overlaps(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1) { return a0 < 
 }  // namespace
 
 PhysAlloc::~PhysAlloc() {
-  // Nothing maps it any more: every mapping holds its PhysAlloc.
-  if (fd >= 0) phys_pool().give_fd(fd, size, resident);
+  // Nothing maps it any more: every mapping holds its PhysAlloc. Memory
+  // another process may still map is closed, never handed out again.
+  if (fd >= 0 && shared) {
+    close(fd);
+    phys_pool().give_fd(-1, size, resident);
+  } else if (fd >= 0) {
+    phys_pool().give_fd(fd, size, resident);
+  }
   if (counter) counter->fetch_sub(size);
 }
 
@@ -163,7 +169,7 @@ void AddressSpace::drop_dead_ghosts() {
 std::shared_ptr<PhysAlloc> AddressSpace::new_phys(uint64_t size, const CUmemAllocationProp& prop,
                                                  bool anonymous, CUresult* err) {
   bool on_host = prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE;
-  std::atomic<uint64_t>& counter = on_host ? host_used_ : device_used_;
+  std::atomic<uint64_t>& counter = on_host ? host_used_ : device_used_[prop.location.id];
   uint64_t cap = on_host ? host_capacity_ : device_capacity_;
   uint64_t used = counter.load();
   do {
@@ -331,13 +337,14 @@ CUresult AddressSpace::set_access(uint64_t va, uint64_t size, const CUmemAccessD
     return CUDA_ERROR_INVALID_VALUE;
   for (size_t i = 0; i < count; ++i) {
     const CUmemLocation& l = desc[i].location;
-    bool ok_loc = (l.type == CU_MEM_LOCATION_TYPE_DEVICE && l.id == 0) ||
+    bool ok_loc = l.type == CU_MEM_LOCATION_TYPE_DEVICE ||
                   l.type == CU_MEM_LOCATION_TYPE_HOST ||
                   (l.type == CU_MEM_LOCATION_TYPE_HOST_NUMA && l.id >= 0);
     bool ok_flags = desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE ||
                     desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READ ||
                     desc[i].flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    if (l.type == CU_MEM_LOCATION_TYPE_DEVICE && l.id != 0) return CUDA_ERROR_INVALID_DEVICE;
+    if (l.type == CU_MEM_LOCATION_TYPE_DEVICE && (l.id < 0 || l.id >= state().config.devices))
+      return CUDA_ERROR_INVALID_DEVICE;
     if (!ok_loc || !ok_flags) return CUDA_ERROR_INVALID_VALUE;
   }
   std::unique_lock lock(mu_);
@@ -358,12 +365,12 @@ CUresult AddressSpace::set_access(uint64_t va, uint64_t size, const CUmemAccessD
   if (cursor < va + size) return CUDA_ERROR_INVALID_VALUE;
   for (Mapping* m : covered) {
     for (size_t i = 0; i < count; ++i) {
-      if (desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE) m->device_access = desc[i].flags;
+      if (desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE) m->per_device[desc[i].location.id] = desc[i].flags;
       else m->host_access = desc[i].flags;
     }
-    uint64_t b = std::max(m->va, va), e = std::min(m->va + m->size, va + size);
-    if (mprotect(reinterpret_cast<void*>(b), e - b, prot_of(m->device_access, m->host_access)) != 0)
-      return CUDA_ERROR_UNKNOWN;
+    m->device_access = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    for (CUmemAccess_flags f : m->per_device) m->device_access = std::max(m->device_access, f);  // NONE < READ < READWRITE
+    if (!reprotect_locked(*r, *m, false)) return CUDA_ERROR_UNKNOWN;
   }
   return CUDA_SUCCESS;
 }
@@ -378,8 +385,10 @@ CUresult AddressSpace::get_access(unsigned long long* flags, const CUmemLocation
   const Mapping& m = it->second;
   if (va >= m.va + m.size) return CUDA_ERROR_INVALID_VALUE;
   if (loc.type == CU_MEM_LOCATION_TYPE_DEVICE) {
-    if (loc.id != 0) return CUDA_ERROR_INVALID_DEVICE;
-    *flags = m.device_access;
+    if (loc.id < 0 || loc.id >= state().config.devices) return CUDA_ERROR_INVALID_DEVICE;
+    *flags = r->origin == Origin::kMemAlloc
+                 ? ((r->device_mask >> loc.id) & 1 ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE)
+                 : m.per_device[loc.id];
   } else if (loc.type == CU_MEM_LOCATION_TYPE_HOST || loc.type == CU_MEM_LOCATION_TYPE_HOST_NUMA) {
     *flags = m.host_access;
   } else {
@@ -388,13 +397,13 @@ CUresult AddressSpace::get_access(unsigned long long* flags, const CUmemLocation
   return CUDA_SUCCESS;
 }
 
-CUresult AddressSpace::mem_alloc(uint64_t size, uint64_t* out) {
+CUresult AddressSpace::mem_alloc(uint64_t size, int device, const void* owner, unsigned device_mask, uint64_t* out) {
   if (size == 0) return CUDA_ERROR_INVALID_VALUE;
   uint64_t bytes = round_up(size, kPage);
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  prop.location.id = 0;
+  prop.location.id = device;
   CUresult err;
   auto phys = new_phys(bytes, prop, true, &err);
   if (!phys) return err;
@@ -413,14 +422,20 @@ CUresult AddressSpace::mem_alloc(uint64_t size, uint64_t* out) {
   r.user_size = size;
   r.origin = Origin::kMemAlloc;
   r.buffer_id = next_buffer_id_++;
+  r.device = device;
+  r.owner = owner;
+  r.device_mask = device_mask;
   Mapping m;
   m.va = base;
   m.size = bytes;
   m.phys = std::move(phys);
   m.device_access = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   m.host_access = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  m.applied_prot = PROT_READ | PROT_WRITE;
   r.maps.emplace(base, std::move(m));
-  reservations_.emplace(base, std::move(r));
+  Reservation& placed = reservations_.emplace(base, std::move(r)).first->second;
+  // A kernel of a device without access may be running now.
+  reprotect_locked(placed, placed.maps.begin()->second, false);
   *out = base;
   return CUDA_SUCCESS;
 }
@@ -520,7 +535,7 @@ Resolved AddressSpace::resolve(uint64_t p) const {
 }
 
 CUresult AddressSpace::check_access_locked(const Access& a, std::vector<std::pair<uint64_t, uint64_t>>& ranges,
-                                           std::vector<std::pair<uint64_t, uint64_t>>* fill) const {
+                                           std::vector<std::pair<uint64_t, uint64_t>>* fill, bool* hidden) const {
   if (!in_arena(a.ptr)) {
     // Host memory: pinned or pageable, the work may touch it as it is.
     if (a.bytes) ranges.emplace_back(a.ptr, a.ptr + a.bytes);
@@ -538,6 +553,10 @@ CUresult AddressSpace::check_access_locked(const Access& a, std::vector<std::pai
     bool ok = a.write ? m.device_access == CU_MEM_ACCESS_FLAGS_PROT_READWRITE
                       : m.device_access != CU_MEM_ACCESS_FLAGS_PROT_NONE;
     if (!ok) return CUDA_ERROR_ILLEGAL_ADDRESS;
+    if (hidden && m.applied_prot != prot_in_view(*r, m, -1)) {
+      *hidden = true;
+      return CUDA_SUCCESS;
+    }
     const uint64_t stop = std::min(end, m.va + m.size);
     ranges.emplace_back(cursor, stop);
     // Only what the access touches: a small copy into a large mapping fills
@@ -567,21 +586,31 @@ void AddressSpace::fill_page_tables(uint64_t begin, uint64_t end) {
 
 CUresult AddressSpace::begin_use(const Access* accesses, size_t n, uint64_t* token,
                                  std::vector<std::pair<uint64_t, uint64_t>>* fill) {
-  ActiveUse use;
-  std::shared_lock lock(mu_);
-  for (size_t i = 0; i < n; ++i)
-    if (CUresult e = check_access_locked(accesses[i], use.ranges, fill)) {
-      if (state().config.report_faults)
-        std::fprintf(stderr, "simdev: a copy %s [0x%llx, 0x%llx), which is not mapped for it\n",
-                     accesses[i].write ? "wrote" : "read", static_cast<unsigned long long>(accesses[i].ptr),
-                     static_cast<unsigned long long>(accesses[i].ptr + accesses[i].bytes));
-      return e;
+  for (;;) {
+    ActiveUse use;
+    bool hidden = false;
+    {
+      std::shared_lock lock(mu_);
+      for (size_t i = 0; i < n && !hidden; ++i)
+        if (CUresult e = check_access_locked(accesses[i], use.ranges, fill, &hidden)) {
+          if (state().config.report_faults)
+            std::fprintf(stderr, "simdev: a copy %s [0x%llx, 0x%llx), which is not mapped for it\n",
+                         accesses[i].write ? "wrote" : "read", static_cast<unsigned long long>(accesses[i].ptr),
+                         static_cast<unsigned long long>(accesses[i].ptr + accesses[i].bytes));
+          return e;
+        }
+      if (!hidden) {
+        std::lock_guard ulock(use_mu_);
+        use.token = next_token_++;
+        *token = use.token;
+        active_.push_back(std::move(use));
+        return CUDA_SUCCESS;
+      }
     }
-  std::lock_guard ulock(use_mu_);
-  use.token = next_token_++;
-  *token = use.token;
-  active_.push_back(std::move(use));
-  return CUDA_SUCCESS;
+    // A device's kernels are running with this memory hidden from them.
+    if (fill) fill->clear();
+    restore_copy_view();
+  }
 }
 
 void AddressSpace::end_use(uint64_t token) {
@@ -591,7 +620,7 @@ void AddressSpace::end_use(uint64_t token) {
   use_cv_.notify_all();
 }
 
-void AddressSpace::wait_until_unused(uint64_t begin, uint64_t end) {
+void AddressSpace::wait_until_unused(uint64_t begin, uint64_t end, bool poison) {
   std::unique_lock ulock(use_mu_);
   auto busy = [&] {
     for (const ActiveUse& u : active_)
@@ -601,11 +630,81 @@ void AddressSpace::wait_until_unused(uint64_t begin, uint64_t end) {
   };
   if (!busy()) return;
   use_cv_.wait(ulock, [&] { return !busy(); });
+  if (!poison) return;
   // Memory was taken away from work that was using it: a GPU would fault.
   if (state().config.report_faults)
     std::fprintf(stderr, "simdev: device memory [0x%llx, 0x%llx) was unmapped while work in flight used it\n",
                  static_cast<unsigned long long>(begin), static_cast<unsigned long long>(end));
   raise_sticky_error(CUDA_ERROR_ILLEGAL_ADDRESS);
+}
+
+uint64_t AddressSpace::device_used_total() const {
+  uint64_t sum = 0;
+  for (const auto& used : device_used_) sum += used.load();
+  return sum;
+}
+
+int AddressSpace::prot_in_view(const Reservation& r, const Mapping& m, int view) const {
+  if (view < 0) return prot_of(m.device_access, m.host_access);
+  CUmemAccess_flags device = r.origin == Origin::kMemAlloc
+                                 ? ((r.device_mask >> view) & 1 ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                                                                : CU_MEM_ACCESS_FLAGS_PROT_NONE)
+                                 : m.per_device[view];
+  return prot_of(device, CU_MEM_ACCESS_FLAGS_PROT_NONE);
+}
+
+bool AddressSpace::reprotect_locked(const Reservation& r, Mapping& m, bool wait) {
+  int want = prot_in_view(r, m, view_);
+  if (want == m.applied_prot) return true;
+  // A copy still using memory that is about to lose access finishes first.
+  if (wait && (m.applied_prot & ~want)) wait_until_unused(m.va, m.va + m.size, false);
+  if (mprotect(reinterpret_cast<void*>(m.va), m.size, want) != 0) return false;
+  m.applied_prot = want;
+  return true;
+}
+
+void AddressSpace::apply_view(int view) {
+  std::unique_lock lock(mu_);
+  if (view_ == view) return;
+  view_ = view;
+  for (auto& [base, r] : reservations_)
+    for (auto& [va, m] : r.maps) reprotect_locked(r, m, true);
+}
+
+void AddressSpace::set_memalloc_access(const void* owner, unsigned device_mask) {
+  std::unique_lock lock(mu_);
+  for (auto& [base, r] : reservations_) {
+    if (r.origin != Origin::kMemAlloc || r.owner != owner) continue;
+    r.device_mask = device_mask;
+    for (auto& [va, m] : r.maps) reprotect_locked(r, m, true);
+  }
+}
+
+void AddressSpace::enter_device_view(int device) {
+  std::unique_lock lock(turn_mu_);
+  // Join the running kernels only while nobody waits for another view.
+  if (running_ > 0 && !(view_ == device && waiting_ == 0)) {
+    ++waiting_;
+    turn_cv_.wait(lock, [&] { return running_ == 0; });
+    --waiting_;
+  }
+  apply_view(device);
+  ++running_;
+}
+
+void AddressSpace::leave_device_view() {
+  std::lock_guard lock(turn_mu_);
+  if (--running_ == 0) turn_cv_.notify_all();
+}
+
+void AddressSpace::restore_copy_view() {
+  std::unique_lock lock(turn_mu_);
+  if (running_ > 0) {
+    ++waiting_;
+    turn_cv_.wait(lock, [&] { return running_ == 0; });
+    --waiting_;
+  }
+  apply_view(-1);
 }
 
 }  // namespace simdev

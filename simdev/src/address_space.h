@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "common.h"
+#include "config.h"
 
 namespace simdev {
 
@@ -33,14 +34,19 @@ struct PhysAlloc {
   CUmemAllocationProp prop{};
   bool on_host = false;  // HOST / HOST_NUMA location
   std::atomic<uint64_t>* counter = nullptr;  // capacity it is charged to
+  // Exported or imported: another process may map the same memfd, so it is
+  // closed when released, never recycled for another allocation.
+  bool shared = false;
   ~PhysAlloc();
 };
 
 struct Mapping {
   uint64_t va = 0, size = 0, offset = 0;
   std::shared_ptr<PhysAlloc> phys;
-  CUmemAccess_flags device_access = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  CUmemAccess_flags device_access = CU_MEM_ACCESS_FLAGS_PROT_NONE;  // the most any device has
   CUmemAccess_flags host_access = CU_MEM_ACCESS_FLAGS_PROT_NONE;
+  CUmemAccess_flags per_device[kMaxDevices] = {};  // what cuMemSetAccess gave each device
+  int applied_prot = 0;  // the protection its pages have now (PROT_*)
   // Its page tables are filled (resident memory): by the first copy or
   // memset that touches it (begin_use), inside the copy's modeled time.
   struct FillFlag {
@@ -55,13 +61,19 @@ struct Mapping {
   } filled;
 };
 
-enum class Origin { kReserve, kMemAlloc };
+enum class Origin { kReserve, kMemAlloc, kIpcOpen };  // kIpcOpen: cuIpcOpenMemHandle's
 
 struct Reservation {
   uint64_t base = 0, size = 0;
   uint64_t user_size = 0;  // what cuMemAlloc was asked for
   Origin origin = Origin::kReserve;
   uint64_t buffer_id = 0;
+  // cuMemAlloc memory: the device it is on, the context that allocated it,
+  // and the devices whose kernels may access it (a bit each: its own, and
+  // peers that enabled access to that context).
+  int device = 0;
+  const void* owner = nullptr;
+  unsigned device_mask = 0;
   std::map<uint64_t, Mapping> maps;  // by VA
 };
 
@@ -104,8 +116,28 @@ class AddressSpace {
   CUresult set_access(uint64_t va, uint64_t size, const CUmemAccessDesc* desc, size_t count);
   CUresult get_access(unsigned long long* flags, const CUmemLocation& loc, uint64_t va);
 
-  CUresult mem_alloc(uint64_t size, uint64_t* out);
+  // `device_mask`: the devices whose kernels may access it (see Reservation).
+  CUresult mem_alloc(uint64_t size, int device, const void* owner, unsigned device_mask, uint64_t* out);
+  // Peer access to `owner`'s cuMemAlloc memory changed.
+  void set_memalloc_access(const void* owner, unsigned device_mask);
   CUresult mem_free(uint64_t base);
+
+  // Sharing physical memory with other processes (address_space_ipc.cpp).
+  // A new fd for the memory of a handle created with POSIX_FD requested.
+  CUresult export_fd(CUmemGenericAllocationHandle h, int* fd);
+  // A handle for the memory behind `fd` (an exported fd of this process or
+  // another one); the caller keeps `fd`.
+  CUresult import_fd(int fd, CUmemGenericAllocationHandle* out);
+  // Legacy IPC of the cuMemAlloc allocation at `base`: the fd (of this
+  // process) that holds its memory, its size and buffer id.
+  CUresult ipc_export(uint64_t base, int* fd, uint64_t* bytes, uint64_t* buffer_id);
+  // Maps the memory of `fd` (this process's copy of the exporter's fd) for
+  // the exporter's allocation `key`, as cuMemAlloc memory of `owner` on
+  // `device` (see mem_alloc); one opened already is counted again and keeps
+  // its address. Takes ownership of `fd`.
+  CUresult ipc_open(int fd, uint64_t bytes, uint64_t key, int device, const void* owner, unsigned device_mask,
+                    uint64_t* out);
+  CUresult ipc_close(uint64_t base);
 
   CUresult host_alloc(uint64_t size, unsigned flags, void** out);
   CUresult host_free(void* p);
@@ -136,7 +168,17 @@ class AddressSpace {
   static void fill_page_tables(uint64_t begin, uint64_t end);
   void end_use(uint64_t token);
 
-  uint64_t device_used() const { return device_used_.load(); }
+  // Kernels of several devices (SIMDEV_DEVICES) take turns: while one
+  // device's kernels run, memory that device may not access (cuMemSetAccess,
+  // peer access) has its pages protected so that touching it faults, as on
+  // that device; copies, which any device's copy engine may make, wait for
+  // the turn to end when they need such memory. One process has one set of
+  // page tables, so the view cannot be per thread.
+  void enter_device_view(int device);
+  void leave_device_view();
+
+  uint64_t device_used(int device) const { return device_used_[device].load(); }
+  uint64_t device_used_total() const;
   uint64_t host_used() const { return host_used_.load(); }
   uint64_t device_capacity() const { return device_capacity_; }
 
@@ -151,9 +193,21 @@ class AddressSpace {
   Reservation* reservation_of(uint64_t p);
   const Reservation* reservation_of(uint64_t p) const;
   const HostRange* host_range_of(uint64_t p) const;
+  // `hidden`, if not null, is set when the access needs memory the current
+  // device view protects (then nothing is added to `ranges` or `fill`).
   CUresult check_access_locked(const Access& a, std::vector<std::pair<uint64_t, uint64_t>>& ranges,
-                               std::vector<std::pair<uint64_t, uint64_t>>* fill = nullptr) const;
-  void wait_until_unused(uint64_t begin, uint64_t end);  // caller holds mu_ exclusively
+                               std::vector<std::pair<uint64_t, uint64_t>>* fill = nullptr,
+                               bool* hidden = nullptr) const;
+  // Caller holds mu_ exclusively. `poison`: memory is being taken away from
+  // the work (a GPU would fault); otherwise only its protection changes.
+  void wait_until_unused(uint64_t begin, uint64_t end, bool poison = true);
+  // The protection `m` has in device view `view` (-1: no device's, as
+  // copies see memory) and applying it (caller holds mu_ exclusively;
+  // `wait`: work still using memory that loses access finishes first).
+  int prot_in_view(const Reservation& r, const Mapping& m, int view) const;
+  bool reprotect_locked(const Reservation& r, Mapping& m, bool wait);
+  void apply_view(int view);  // caller holds turn_mu_ with no kernel running
+  void restore_copy_view();
   std::shared_ptr<PhysAlloc> new_phys(uint64_t size, const CUmemAllocationProp& prop, bool anonymous, CUresult* err);
   // Ghosts (caller holds mu_ exclusively): those overlapping [begin, end)
   // are unmapped for good; those of released memory too.
@@ -162,8 +216,8 @@ class AddressSpace {
 
   uint64_t arena_base_ = 0, arena_size_ = 0, bump_ = 0;
   std::map<uint64_t, uint64_t> free_va_;  // base -> size, below bump_
-  uint64_t device_capacity_ = 0, host_capacity_ = 0;
-  std::atomic<uint64_t> device_used_{0}, host_used_{0};
+  uint64_t device_capacity_ = 0, host_capacity_ = 0;  // device capacity is each device's
+  std::atomic<uint64_t> device_used_[kMaxDevices] = {}, host_used_{0};
 
   mutable std::shared_mutex mu_;
   std::map<uint64_t, Reservation> reservations_;  // by base
@@ -186,6 +240,20 @@ class AddressSpace {
   };
   std::map<uint64_t, Ghost> ghosts_;  // by VA
   uint64_t next_handle_ = 1, next_buffer_id_ = 1;
+  // Allocations of other processes opened with cuIpcOpenMemHandle: by the
+  // exporter's key, their base here and how often they were opened.
+  struct IpcOpened {
+    uint64_t base = 0;
+    int refs = 0;
+  };
+  std::map<uint64_t, IpcOpened> ipc_opened_;
+
+  // Device turns (enter_device_view). Lock order: turn_mu_, mu_, use_mu_.
+  std::mutex turn_mu_;
+  std::condition_variable turn_cv_;
+  int view_ = -1;  // whose view the pages show (-1: copies'); changed under turn_mu_ and mu_
+  int running_ = 0;  // kernels running in view_
+  int waiting_ = 0;  // kernels and copies waiting for another view
 
   std::mutex use_mu_;
   std::condition_variable use_cv_;

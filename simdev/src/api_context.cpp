@@ -9,9 +9,10 @@ using namespace simdev;
 
 namespace {
 
-Context* new_context(bool primary, unsigned flags) {
+Context* new_context(CUdevice dev, bool primary, unsigned flags) {
   State& s = state();
   auto* c = new Context;
+  c->device = dev;
   c->primary = primary;
   c->flags = flags;
   c->id = s.next_ctx_id++;
@@ -35,58 +36,58 @@ bool valid_flags(unsigned flags) {
 SIMDEV_API CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice dev) {
   SIMDEV_ENTER("cuDevicePrimaryCtxRetain", CUDA_ERROR_OUT_OF_MEMORY);
   if (!pctx) return CUDA_ERROR_INVALID_VALUE;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   State& s = state();
   std::lock_guard lock(s.ctx_mu);
-  if (!s.primary) s.primary = new_context(true, s.primary_flags);
-  ++s.primary_refs;
-  *pctx = reinterpret_cast<CUcontext>(s.primary);
+  if (!s.primary[dev]) s.primary[dev] = new_context(dev, true, s.primary_flags[dev]);
+  ++s.primary_refs[dev];
+  *pctx = reinterpret_cast<CUcontext>(s.primary[dev]);
   return CUDA_SUCCESS;
 }
 
 SIMDEV_API CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
   SIMDEV_ENTER("cuDevicePrimaryCtxRelease_v2", CUDA_ERROR_INVALID_CONTEXT);
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   State& s = state();
   std::lock_guard lock(s.ctx_mu);
-  if (s.primary_refs == 0) return CUDA_ERROR_INVALID_CONTEXT;
+  if (s.primary_refs[dev] == 0) return CUDA_ERROR_INVALID_CONTEXT;
   // The context object stays valid (threads may still name it); only its
   // reference count drops, as the driver keeps it until the count is 0.
-  --s.primary_refs;
+  --s.primary_refs[dev];
   return CUDA_SUCCESS;
 }
 
 SIMDEV_API CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev) {
   SIMDEV_ENTER("cuDevicePrimaryCtxReset_v2", CUDA_ERROR_INVALID_CONTEXT);
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   State& s = state();
   synchronize_context(nullptr);
   // A reset is how a poisoned context comes back to life.
   s.sticky.store(CUDA_SUCCESS);
   std::lock_guard lock(s.ctx_mu);
-  s.primary_refs = 0;
+  s.primary_refs[dev] = 0;
   return CUDA_SUCCESS;
 }
 
 SIMDEV_API CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int* flags, int* active) {
   SIMDEV_ENTER("cuDevicePrimaryCtxGetState", CUDA_ERROR_INVALID_DEVICE);
   if (!flags || !active) return CUDA_ERROR_INVALID_VALUE;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   State& s = state();
   std::lock_guard lock(s.ctx_mu);
-  *flags = s.primary_flags;
-  *active = s.primary_refs > 0;
+  *flags = s.primary_flags[dev];
+  *active = s.primary_refs[dev] > 0;
   return CUDA_SUCCESS;
 }
 
 SIMDEV_API CUresult CUDAAPI cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags) {
   SIMDEV_ENTER("cuDevicePrimaryCtxSetFlags_v2", CUDA_ERROR_INVALID_VALUE);
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   if (!valid_flags(flags)) return CUDA_ERROR_INVALID_VALUE;
   State& s = state();
   std::lock_guard lock(s.ctx_mu);
-  s.primary_flags = flags;
-  if (s.primary) s.primary->flags = flags;
+  s.primary_flags[dev] = flags;
+  if (s.primary[dev]) s.primary[dev]->flags = flags;
   return CUDA_SUCCESS;
 }
 
@@ -94,13 +95,13 @@ SIMDEV_API CUresult CUDAAPI cuCtxCreate_v4(CUcontext* pctx, CUctxCreateParams* p
   SIMDEV_ENTER("cuCtxCreate_v4", CUDA_ERROR_OUT_OF_MEMORY);
   if (!pctx || !valid_flags(flags)) return CUDA_ERROR_INVALID_VALUE;
   if (params && (params->execAffinityParams || params->cigParams)) return CUDA_ERROR_NOT_SUPPORTED;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
   if (context_stack().full()) return CUDA_ERROR_OUT_OF_MEMORY;
   Context* c;
   {
     State& s = state();
     std::lock_guard lock(s.ctx_mu);
-    c = new_context(false, flags);
+    c = new_context(dev, false, flags);
   }
   context_stack().push_back(c);  // a new context is pushed onto the caller's stack
   *pctx = reinterpret_cast<CUcontext>(c);
@@ -123,6 +124,9 @@ SIMDEV_API CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx) {
   {
     std::lock_guard lock(s.ctx_mu);
     s.contexts.erase(c);  // the object itself is kept: stale handles stay harmless
+    // Peer access to it goes with it (its memory went too), and its own.
+    for (Context* other : s.contexts) other->peers.erase(c);
+    forget_peer_access_locked(c);
   }
   for (Context*& entry : context_stack())
     if (entry == c) entry = nullptr;

@@ -205,6 +205,26 @@ SIMDEV_COPY_ASYNC(cuMemcpyDtoDAsync_v2_ptsz, "cuMemcpyDtoDAsync_v2", Dir::kDtoD,
 SIMDEV_COPY_ASYNC(cuMemcpyAsync, "cuMemcpyAsync", Dir::kInfer, CUdeviceptr, CUdeviceptr, false)
 SIMDEV_COPY_ASYNC(cuMemcpyAsync_ptsz, "cuMemcpyAsync", Dir::kInfer, CUdeviceptr, CUdeviceptr, true)
 
+// Between devices: the driver stages such copies, so no peer access is
+// needed (CUDA Driver API, Memory Management, cuMemcpyPeer).
+#define SIMDEV_COPY_PEER(name, site, ptds)                                                                    \
+  SIMDEV_API CUresult CUDAAPI name(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n) { \
+    SIMDEV_ENTER_CTX(site, CUDA_ERROR_INVALID_VALUE, ctx);                                                    \
+    if (!valid_context(dst_ctx) || !valid_context(src_ctx)) return CUDA_ERROR_INVALID_CONTEXT;                \
+    return copy(ctx, Dir::kDtoD, dst, src, n, nullptr, ptds, true);                                           \
+  }
+#define SIMDEV_COPY_PEER_ASYNC(name, site, ptsz)                                                              \
+  SIMDEV_API CUresult CUDAAPI name(CUdeviceptr dst, CUcontext dst_ctx, CUdeviceptr src, CUcontext src_ctx, size_t n, \
+                                   CUstream h) {                                                              \
+    SIMDEV_ENTER_CTX(site, CUDA_ERROR_INVALID_VALUE, ctx);                                                    \
+    if (!valid_context(dst_ctx) || !valid_context(src_ctx)) return CUDA_ERROR_INVALID_CONTEXT;                \
+    return copy(ctx, Dir::kDtoD, dst, src, n, h, ptsz, false);                                                \
+  }
+SIMDEV_COPY_PEER(cuMemcpyPeer, "cuMemcpyPeer", false)
+SIMDEV_COPY_PEER(cuMemcpyPeer_ptds, "cuMemcpyPeer", true)
+SIMDEV_COPY_PEER_ASYNC(cuMemcpyPeerAsync, "cuMemcpyPeerAsync", false)
+SIMDEV_COPY_PEER_ASYNC(cuMemcpyPeerAsync_ptsz, "cuMemcpyPeerAsync", true)
+
 #define SIMDEV_MEMSET(name, site, value_t, elem, ptds)                                \
   SIMDEV_API CUresult CUDAAPI name(CUdeviceptr dst, value_t value, size_t count) {   \
     SIMDEV_ENTER_CTX(site, CUDA_ERROR_INVALID_VALUE, ctx);                           \

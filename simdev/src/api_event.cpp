@@ -31,6 +31,9 @@ CUresult record(Context* ctx, CUevent ev, CUstream h, bool ptsz) {
   if (!e) return CUDA_ERROR_INVALID_HANDLE;
   StreamPtr s;
   if (CUresult r = resolve_stream(h, ptsz, ctx, &s)) return r;
+  // The event and the stream must be in the same context (CUDA Driver API,
+  // Event Management, cuEventRecord: CUDA_ERROR_INVALID_HANDLE otherwise).
+  if (e->ctx != s->context()) return CUDA_ERROR_INVALID_HANDLE;
   auto mark = std::make_shared<EventMark>();
   mark->stream = s;
   CUresult captured = CUDA_SUCCESS;
@@ -67,13 +70,13 @@ Event* find_event(CUevent ev) {
 
 SIMDEV_API CUresult CUDAAPI cuEventCreate(CUevent* out, unsigned int flags) {
   SIMDEV_ENTER_CTX("cuEventCreate", CUDA_ERROR_OUT_OF_MEMORY, ctx);
-  (void)ctx;
   constexpr unsigned kKnown = CU_EVENT_BLOCKING_SYNC | CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS;
   if (!out || (flags & ~kKnown)) return CUDA_ERROR_INVALID_VALUE;
   // Interprocess events must not time, as the driver requires.
   if ((flags & CU_EVENT_INTERPROCESS) && !(flags & CU_EVENT_DISABLE_TIMING)) return CUDA_ERROR_INVALID_VALUE;
   auto* e = new Event;
   e->flags = flags;
+  e->ctx = ctx;
   std::lock_guard lock(events().mu);
   events().live.insert(e);
   *out = reinterpret_cast<CUevent>(e);
@@ -141,6 +144,9 @@ SIMDEV_API CUresult CUDAAPI cuEventElapsedTime_v2(float* ms, CUevent start, CUev
   Event* b = find_event(end);
   if (!a || !b) return CUDA_ERROR_INVALID_HANDLE;
   if ((a->flags | b->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
+  // Events of two devices have no common clock (CUDA Programming Guide,
+  // Multi-Device System, Stream and Event Behavior; the code is UNCONFIRMED).
+  if (a->ctx->device != b->ctx->device) return CUDA_ERROR_INVALID_HANDLE;
   auto ma = a->current(), mb = b->current();
   if (!ma || !mb) return CUDA_ERROR_INVALID_HANDLE;  // never recorded
   if (refuse_captured_event(ma.get()) | refuse_captured_event(mb.get())) return CUDA_ERROR_CAPTURED_EVENT;

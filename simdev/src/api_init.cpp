@@ -1,4 +1,4 @@
-// Initialisation, versions and the one simulated device.
+// Initialisation, versions and the simulated devices (SIMDEV_DEVICES).
 #include <pthread.h>
 #include <sys/resource.h>
 
@@ -39,7 +39,7 @@ CUresult initialize() {
   return CUDA_SUCCESS;
 }
 
-CUresult check_device(CUdevice dev) { return dev >= 0 && dev < kDeviceCount ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE; }
+CUresult check_device(CUdevice dev) { return valid_device(dev) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE; }
 
 }  // namespace
 
@@ -62,7 +62,7 @@ SIMDEV_API CUresult CUDAAPI cuDriverGetVersion(int* version) {
 SIMDEV_API CUresult CUDAAPI cuDeviceGetCount(int* count) {
   SIMDEV_ENTER("cuDeviceGetCount", CUDA_ERROR_NO_DEVICE);
   if (!count) return CUDA_ERROR_INVALID_VALUE;
-  *count = kDeviceCount;
+  *count = device_count();
   return CUDA_SUCCESS;
 }
 
@@ -105,14 +105,25 @@ SIMDEV_API CUresult CUDAAPI cuDeviceGetAttribute(int* value, CUdevice_attribute 
   SIMDEV_ENTER("cuDeviceGetAttribute", CUDA_ERROR_INVALID_VALUE);
   if (!value) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = check_device(dev)) return e;
-  return device_attribute(attr, value);
+  return device_attribute(attr, value, dev);
 }
 
 SIMDEV_API CUresult CUDAAPI cuDeviceComputeCapability(int* major, int* minor, CUdevice dev) {
   SIMDEV_ENTER("cuDeviceComputeCapability", CUDA_ERROR_INVALID_DEVICE);
   if (!major || !minor) return CUDA_ERROR_INVALID_VALUE;
   if (CUresult e = check_device(dev)) return e;
-  device_attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, major);
-  device_attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, minor);
+  device_attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, major, dev);
+  device_attribute(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, minor, dev);
+  return CUDA_SUCCESS;
+}
+
+SIMDEV_API CUresult CUDAAPI cuDeviceGetPCIBusId(char* bus_id, int len, CUdevice dev) {
+  SIMDEV_ENTER("cuDeviceGetPCIBusId", CUDA_ERROR_INVALID_DEVICE);
+  if (!bus_id || len <= 0) return CUDA_ERROR_INVALID_VALUE;
+  if (CUresult e = check_device(dev)) return e;
+  int domain = 0, bus = 0;
+  device_attribute(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, &domain, dev);
+  device_attribute(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, &bus, dev);
+  std::snprintf(bus_id, static_cast<size_t>(len), "%08x:%02x:00.0", domain, bus);  // domain:bus:device.function
   return CUDA_SUCCESS;
 }

@@ -7,25 +7,38 @@ using namespace simdev;
 
 namespace {
 
-// The device's one memory pool; stream-ordered allocations come from it.
+// Each device's one memory pool; stream-ordered allocations come from it.
 struct DefaultPool {
-} g_default_pool;
+} g_default_pool[kMaxDevices];
 
-CUmemoryPool default_pool() { return reinterpret_cast<CUmemoryPool>(&g_default_pool); }
+CUmemoryPool default_pool(CUdevice dev) { return reinterpret_cast<CUmemoryPool>(&g_default_pool[dev]); }
+bool is_default_pool(CUmemoryPool pool, CUdevice dev) { return pool == default_pool(dev); }
 
-CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUstream h, bool ptsz, Context* ctx) {
+// cuMemAlloc memory belongs to `ctx`: on its device, and accessible to the
+// kernels of peers that enabled access to it.
+CUresult alloc_in(Context* ctx, uint64_t bytes, uint64_t* p) {
+  State& s = state();
+  std::lock_guard lock(s.ctx_mu);  // peer access does not change meanwhile
+  return s.memory.mem_alloc(bytes, ctx->device, ctx, memalloc_access_mask_locked(ctx), p);
+}
+
+CUresult alloc_async(CUdeviceptr* dptr, size_t bytes, CUstream h, bool ptsz, Context* ctx,
+                     CUmemoryPool pool = nullptr) {
   if (!dptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   StreamPtr s;
   if (CUresult e = resolve_stream(h, ptsz, ctx, &s)) return e;
+  // The stream's device's pool, unless one is named.
+  Context* owner = s->context();
+  if (pool && !is_default_pool(pool, owner->device)) return CUDA_ERROR_INVALID_VALUE;
   // Memory handed out now is also valid at the stream's point: allocating
   // early is one of the orders the driver may choose. Memory this stream
   // frees before that point is the pool's to reuse, so when the device is
   // full, let the stream's pending frees happen and try again.
   uint64_t p = 0;
-  CUresult e = state().memory.mem_alloc(bytes, &p);
+  CUresult e = alloc_in(owner, bytes, &p);
   if (e == CUDA_ERROR_OUT_OF_MEMORY) {
     s->wait(s->submitted());
-    e = state().memory.mem_alloc(bytes, &p);
+    e = alloc_in(owner, bytes, &p);
   }
   if (e) return e;
   // In a capture the allocation becomes the graph's allocation node: the
@@ -55,10 +68,9 @@ CUresult free_async(CUdeviceptr dptr, CUstream h, bool ptsz, Context* ctx) {
 
 SIMDEV_API CUresult CUDAAPI cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
   SIMDEV_ENTER_CTX("cuMemGetInfo_v2", CUDA_ERROR_INVALID_CONTEXT, ctx);
-  (void)ctx;
   if (!free_bytes || !total_bytes) return CUDA_ERROR_INVALID_VALUE;
   const AddressSpace& m = state().memory;
-  uint64_t used = m.device_used();
+  uint64_t used = m.device_used(ctx->device);
   *total_bytes = m.device_capacity();
   *free_bytes = used < m.device_capacity() ? m.device_capacity() - used : 0;
   return CUDA_SUCCESS;
@@ -67,10 +79,9 @@ SIMDEV_API CUresult CUDAAPI cuMemGetInfo_v2(size_t* free_bytes, size_t* total_by
 SIMDEV_API CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr* dptr, size_t bytes) {
   SIMDEV_ENTER_CTX("cuMemAlloc_v2", CUDA_ERROR_OUT_OF_MEMORY, ctx);
   if (CUresult e = refuse_unsafe_call()) return e;
-  (void)ctx;
   if (!dptr || bytes == 0) return CUDA_ERROR_INVALID_VALUE;
   uint64_t p = 0;
-  if (CUresult e = state().memory.mem_alloc(bytes, &p)) return e;
+  if (CUresult e = alloc_in(ctx, bytes, &p)) return e;
   *dptr = p;
   return CUDA_SUCCESS;
 }
@@ -79,12 +90,11 @@ SIMDEV_API CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pitch,
                                                unsigned int element_bytes) {
   SIMDEV_ENTER_CTX("cuMemAllocPitch_v2", CUDA_ERROR_OUT_OF_MEMORY, ctx);
   if (CUresult e = refuse_unsafe_call()) return e;
-  (void)ctx;
   if (!dptr || !pitch || width == 0 || height == 0) return CUDA_ERROR_INVALID_VALUE;
   if (element_bytes != 4 && element_bytes != 8 && element_bytes != 16) return CUDA_ERROR_INVALID_VALUE;
   size_t p = round_up(width, 512);  // the texture pitch alignment this device reports
   uint64_t base = 0;
-  if (CUresult e = state().memory.mem_alloc(p * height, &base)) return e;
+  if (CUresult e = alloc_in(ctx, p * height, &base)) return e;
   *dptr = base;
   *pitch = p;
   return CUDA_SUCCESS;
@@ -123,14 +133,14 @@ SIMDEV_API CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr* dptr, size_t bytes
 
 SIMDEV_API CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream h) {
   SIMDEV_ENTER_CTX("cuMemAllocFromPoolAsync", CUDA_ERROR_OUT_OF_MEMORY, ctx);
-  if (pool != default_pool()) return CUDA_ERROR_INVALID_VALUE;
-  return alloc_async(dptr, bytes, h, false, ctx);
+  if (!pool) return CUDA_ERROR_INVALID_VALUE;
+  return alloc_async(dptr, bytes, h, false, ctx, pool);
 }
 
 SIMDEV_API CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr* dptr, size_t bytes, CUmemoryPool pool, CUstream h) {
   SIMDEV_ENTER_CTX("cuMemAllocFromPoolAsync", CUDA_ERROR_OUT_OF_MEMORY, ctx);
-  if (pool != default_pool()) return CUDA_ERROR_INVALID_VALUE;
-  return alloc_async(dptr, bytes, h, true, ctx);
+  if (!pool) return CUDA_ERROR_INVALID_VALUE;
+  return alloc_async(dptr, bytes, h, true, ctx, pool);
 }
 
 SIMDEV_API CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr dptr, CUstream h) {
@@ -146,8 +156,8 @@ SIMDEV_API CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream h) {
 SIMDEV_API CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool* pool, CUdevice dev) {
   SIMDEV_ENTER("cuDeviceGetDefaultMemPool", CUDA_ERROR_INVALID_DEVICE);
   if (!pool) return CUDA_ERROR_INVALID_VALUE;
-  if (dev != 0) return CUDA_ERROR_INVALID_DEVICE;
-  *pool = default_pool();
+  if (!valid_device(dev)) return CUDA_ERROR_INVALID_DEVICE;
+  *pool = default_pool(dev);
   return CUDA_SUCCESS;
 }
 
@@ -223,5 +233,5 @@ SIMDEV_API CUresult CUDAAPI cuMemHostGetFlags(unsigned int* flags, void* p) {
 
 // ---- simdev-only introspection (simdev.h) ----
 
-SIMDEV_API unsigned long long simdev_device_bytes_in_use(void) { return state().memory.device_used(); }
+SIMDEV_API unsigned long long simdev_device_bytes_in_use(void) { return state().memory.device_used_total(); }
 SIMDEV_API unsigned long long simdev_host_bytes_in_use(void) { return state().memory.host_used(); }

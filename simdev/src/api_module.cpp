@@ -47,10 +47,19 @@ CUresult run_kernel(const KernelRecord& rec, const KernelInfo& info) {
   launch.num_params = static_cast<unsigned>(params.size());
   launch.params = params.data();
   uint64_t fault_address = 0;
-  if (CUresult e = run_guarded_kernel(info.fn, &launch, &fault_address)) {
-    if (state().config.report_faults)
-      std::fprintf(stderr, "simdev: kernel %s faulted at device address 0x%llx (nothing mapped there)\n",
-                   info.name.c_str(), static_cast<unsigned long long>(fault_address));
+  const int device = worker_device();
+  // With several devices the pages show what this device may access.
+  const bool views = state().config.devices > 1;
+  if (views) state().memory.enter_device_view(device);
+  CUresult e = run_guarded_kernel(info.fn, &launch, &fault_address);
+  if (views) state().memory.leave_device_view();
+  if (e) {
+    if (state().config.report_faults) {
+      bool mapped = state().memory.resolve(fault_address).kind == Resolved::kDeviceMapped;
+      std::fprintf(stderr, "simdev: kernel %s on device %d faulted at device address 0x%llx (%s)\n",
+                   info.name.c_str(), device, static_cast<unsigned long long>(fault_address),
+                   mapped ? "mapped, but not accessible from this device" : "nothing mapped there");
+    }
     return e;
   }
   if (info.modeled_ns) std::this_thread::sleep_until(start + std::chrono::nanoseconds(info.modeled_ns));
@@ -89,6 +98,10 @@ CUresult launch(Context* ctx, CUfunction f, const unsigned grid[3], const unsign
   if (CUresult e = prepare_kernel(f, grid, block, shared, params, extra, &w)) return e;
   StreamPtr s;
   if (CUresult e = resolve_stream(h, ptsz, ctx, &s)) return e;
+  // A kernel runs on the current context's device: a stream of another
+  // context is refused (CUDA Programming Guide, Multi-Device System, Stream
+  // and Event Behavior; the error code is UNCONFIRMED).
+  if (s->context() != ctx) return CUDA_ERROR_INVALID_HANDLE;
   return submit(s, std::move(w));
 }
 

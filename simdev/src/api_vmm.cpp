@@ -9,7 +9,7 @@ CUresult check_prop(const CUmemAllocationProp* prop) {
   if (!prop || prop->type != CU_MEM_ALLOCATION_TYPE_PINNED) return CUDA_ERROR_INVALID_VALUE;
   switch (prop->location.type) {
     case CU_MEM_LOCATION_TYPE_DEVICE:
-      return prop->location.id == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+      return valid_device(prop->location.id) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
     case CU_MEM_LOCATION_TYPE_HOST:
     case CU_MEM_LOCATION_TYPE_HOST_NUMA: {
       // A driver without host VMM takes HOST / HOST_NUMA for no allocation.
@@ -17,9 +17,10 @@ CUresult check_prop(const CUmemAllocationProp* prop) {
       // Host memory from cuMemCreate cannot be exported to other processes.
       if (prop->requestedHandleTypes != CU_MEM_HANDLE_TYPE_NONE) return CUDA_ERROR_INVALID_VALUE;
       if (prop->location.type == CU_MEM_LOCATION_TYPE_HOST) return CUDA_SUCCESS;
-      int node = state().config.host_numa_id;
-      return prop->location.id >= 0 && prop->location.id == (node < 0 ? 0 : node) ? CUDA_SUCCESS
-                                                                                  : CUDA_ERROR_INVALID_VALUE;
+      // A node some device is attached to (0 where none has one).
+      for (int node : state().config.host_numa_ids)
+        if (prop->location.id >= 0 && prop->location.id == (node < 0 ? 0 : node)) return CUDA_SUCCESS;
+      return CUDA_ERROR_INVALID_VALUE;
     }
     default:
       return CUDA_ERROR_INVALID_VALUE;  // HOST_NUMA_CURRENT and the rest

@@ -140,10 +140,33 @@ Config load_config_from_env() {
       else note_error(cfg, r.var, v, "a positive number of GB/s such as 53 or 0.5");
     }
   }
+  if (const char* v = env("SIMDEV_DEVICES")) {
+    auto n = parse_int(v);
+    if (n && *n >= 1 && *n <= kMaxDevices) cfg.devices = *n;
+    else note_error(cfg, "SIMDEV_DEVICES", v, "a number of devices from 1 to 8");
+  }
+  cfg.host_numa_ids.assign(cfg.devices, 0);
   if (const char* v = env("SIMDEV_HOST_NUMA_ID")) {
-    auto id = parse_int(v);
-    if (id && *id >= -1 && *id < 64) cfg.host_numa_id = *id;
-    else note_error(cfg, "SIMDEV_HOST_NUMA_ID", v, "a NUMA node number 0..63, or -1 for none");
+    // One node for every device, or a list with one node per device.
+    std::vector<int> ids;
+    std::stringstream ss(v);
+    std::string item;
+    bool ok = true;
+    while (std::getline(ss, item, ',')) {
+      auto id = parse_int(item);
+      ok = ok && id && *id >= -1 && *id < 64;
+      if (ok) ids.push_back(*id);
+    }
+    ok = ok && (ids.size() == 1 || ids.size() == size_t(cfg.devices));
+    if (ok) cfg.host_numa_ids = ids.size() == 1 ? std::vector<int>(cfg.devices, ids[0]) : ids;
+    else note_error(cfg, "SIMDEV_HOST_NUMA_ID", v,
+                    "a NUMA node number 0..63 or -1 for none, or a comma list of one per device (SIMDEV_DEVICES)");
+  }
+  cfg.host_numa_id = cfg.host_numa_ids[0];
+  if (const char* v = env("SIMDEV_PEER_ACCESS")) {
+    std::string t = v;
+    if (t == "0" || t == "1") cfg.peer_access = t == "1";
+    else note_error(cfg, "SIMDEV_PEER_ACCESS", v, "0 (devices cannot access each other) or 1");
   }
   if (const char* v = env("SIMDEV_ATTRS")) {
     if (!parse_attributes(v, cfg.attributes))

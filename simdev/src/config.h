@@ -5,8 +5,12 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace simdev {
+
+// The most devices SIMDEV_DEVICES may ask for.
+inline constexpr int kMaxDevices = 8;
 
 // How an attribute override answers: a value, or an error (as some drivers
 // answer CUDA_ERROR_INVALID_VALUE for attributes newer than themselves).
@@ -22,7 +26,10 @@ struct Config {
   uint64_t resident_bytes = 0;                // SIMDEV_RESIDENT: pre-faulted, recycled physical memory
   double h2d_bytes_per_ns = 0;                // SIMDEV_H2D_GBPS (0: unthrottled)
   double d2h_bytes_per_ns = 0;                // SIMDEV_D2H_GBPS
-  int host_numa_id = 0;                       // SIMDEV_HOST_NUMA_ID
+  int host_numa_id = 0;                       // SIMDEV_HOST_NUMA_ID, device 0's
+  std::vector<int> host_numa_ids{0};          // SIMDEV_HOST_NUMA_ID, one per device
+  int devices = 1;                            // SIMDEV_DEVICES
+  bool peer_access = true;                    // SIMDEV_PEER_ACCESS: distinct devices may access each other
   std::map<int, AttributeOverride> attributes;  // SIMDEV_ATTRS="145:0,141:invalid"
   std::string fail_spec;                        // SIMDEV_FAIL, applied by faults.cpp
   bool host_vmm = true;                         // SIMDEV_HOST_VMM: HOST/HOST_NUMA cuMemCreate offered

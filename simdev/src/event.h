@@ -22,6 +22,7 @@ struct EventMark {
 
 struct Event {
   unsigned flags = 0;
+  Context* ctx = nullptr;  // the context that created it
   std::mutex mu;
   std::shared_ptr<EventMark> mark;  // null until first recorded
 

@@ -57,7 +57,14 @@ bool valid_context(CUcontext c) {
   return s.contexts.count(reinterpret_cast<Context*>(c)) != 0;
 }
 
-CUresult device_attribute(CUdevice_attribute attr, int* value) {
+unsigned memalloc_access_mask_locked(const Context* owner) {
+  unsigned mask = 1u << owner->device;
+  for (Context* c : state().contexts)
+    if (c->peers.count(const_cast<Context*>(owner))) mask |= 1u << c->device;
+  return mask;
+}
+
+CUresult device_attribute(CUdevice_attribute attr, int* value, CUdevice dev) {
   const Config& cfg = state().config;
   if (auto it = cfg.attributes.find(attr); it != cfg.attributes.end()) {
     if (it->second.error) return static_cast<CUresult>(it->second.error);
@@ -111,7 +118,13 @@ CUresult device_attribute(CUdevice_attribute attr, int* value) {
     case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: *value = 1; break;
     case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: *value = 1; break;
     case CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED: *value = 1; break;
-    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: *value = cfg.host_numa_id; break;
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID: *value = cfg.host_numa_ids[dev]; break;
+    // Distinct per device, as on a multi-GPU board (values are illustrative).
+    case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: *value = 0x19 + 0x10 * dev; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: *value = 0; break;
+    case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: *value = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: *value = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD_GROUP_ID: *value = dev; break;
     case CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *value = cfg.host_vmm; break;
     case CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: *value = cfg.host_vmm; break;
     default: *value = 0; break;

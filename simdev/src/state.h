@@ -1,5 +1,6 @@
-// Process-wide state of the simulated driver: one device, its contexts, its
-// memory, its copy engines, and the sticky error that poisons a context.
+// Process-wide state of the simulated driver: its devices (SIMDEV_DEVICES),
+// their contexts, the memory, the copy engines, and the sticky error that
+// poisons a context.
 #pragma once
 
 #include <atomic>
@@ -23,6 +24,9 @@ struct Context {
   unsigned flags = 0;
   unsigned long long id = 0;
   std::shared_ptr<Stream> legacy_stream;  // the NULL stream's legacy form
+  // Contexts whose cuMemAlloc memory this one's kernels may access
+  // (cuCtxEnablePeerAccess); guarded by State::ctx_mu.
+  std::set<Context*> peers;
 };
 
 struct State {
@@ -34,9 +38,10 @@ struct State {
   std::atomic<int> sticky{CUDA_SUCCESS};
 
   std::mutex ctx_mu;
-  Context* primary = nullptr;
-  int primary_refs = 0;
-  unsigned primary_flags = 0;
+  // Each device's primary context.
+  Context* primary[kMaxDevices] = {};
+  int primary_refs[kMaxDevices] = {};
+  unsigned primary_flags[kMaxDevices] = {};
   std::set<Context*> contexts;  // live ones, primary included
   unsigned long long next_ctx_id = 1;
 
@@ -47,7 +52,9 @@ struct State {
 // Never destroyed: worker threads may use it until the process exits.
 State& state();
 
-inline constexpr int kDeviceCount = 1;
+// SIMDEV_DEVICES: how many devices there are.
+inline int device_count() { return state().config.devices; }
+inline bool valid_device(CUdevice d) { return d >= 0 && d < device_count(); }
 
 CUresult check_initialized();
 
@@ -77,8 +84,16 @@ CUresult current_context(Context** out);
 void raise_sticky_error(CUresult e);
 bool valid_context(CUcontext c);
 
-// Device attribute as this simulated device (an H200-like part) answers it.
-CUresult device_attribute(CUdevice_attribute attr, int* value);
+// Device attribute as a simulated device (an H200-like part) answers it.
+CUresult device_attribute(CUdevice_attribute attr, int* value, CUdevice dev = 0);
+
+// The devices whose kernels may access cuMemAlloc memory of `owner` (a bit
+// per device): its own, and those with a context that enabled peer access
+// to it. The caller holds ctx_mu.
+unsigned memalloc_access_mask_locked(const Context* owner);
+// A context is destroyed: the memory it had peer access to loses its
+// device's access (unless another context of that device has it too).
+void forget_peer_access_locked(Context* gone);
 
 }  // namespace simdev
 

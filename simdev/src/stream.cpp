@@ -23,6 +23,8 @@ Registry& registry() {
 
 std::atomic<unsigned long long> g_next_stream_id{1};
 
+thread_local int tl_worker_device = 0;  // the device of the stream this worker runs
+
 // The per-thread default stream of each context, gone with the thread.
 struct PerThreadStreams {
   std::map<Context*, StreamPtr> by_context;
@@ -103,7 +105,10 @@ bool Stream::stopping() {
   return stopping_;
 }
 
+int worker_device() { return tl_worker_device; }
+
 void Stream::worker_loop() {
+  tl_worker_device = ctx_->device;
   for (;;) {
     Work w;
     {

@@ -105,6 +105,10 @@ CUresult destroy_stream(CUstream h);
 // records into a graph, when the stream is capturing: capture.h).
 CUresult submit(const StreamPtr& s, Work w, uint64_t* seq = nullptr);
 
+// The device whose work the calling stream worker runs (0 on other threads):
+// a kernel runs on its stream's context's device.
+int worker_device();
+
 // Waits for everything enqueued so far on every stream of `ctx` (all when null).
 CUresult synchronize_context(Context* ctx);
 // The live streams of `ctx` (all when null).

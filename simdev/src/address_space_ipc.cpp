@@ -1,0 +1,200 @@
+// Physical memory shared between processes: POSIX file descriptors of VMM
+// handles (cuMemExportToShareableHandle, cuMemImportFromShareableHandle)
+// and legacy IPC of cuMemAlloc memory (cuIpcGetMemHandle and friends).
+// Every physical allocation is a memfd already, or becomes one when it is
+// first shared, so another process maps the very same pages.
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "address_space.h"
+
+namespace simdev {
+
+namespace {
+
+constexpr char kMemfdName[] = "simdev-physical";
+
+// The memfds simdev makes are named kMemfdName: anything else is not memory
+// of a simulated device.
+bool is_simdev_memfd(int fd) {
+  char link[64], target[128];
+  std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+  const ssize_t n = readlink(link, target, sizeof target - 1);
+  if (n <= 0) return false;
+  target[n] = '\0';
+  return std::strncmp(target, "/memfd:", 7) == 0 && std::strncmp(target + 7, kMemfdName, sizeof kMemfdName - 1) == 0;
+}
+
+bool unmap_to_none(uint64_t va, uint64_t size) {
+  void* p = mmap(reinterpret_cast<void*>(va), size, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+  return p != MAP_FAILED;
+}
+
+}  // namespace
+
+CUresult AddressSpace::export_fd(CUmemGenericAllocationHandle h, int* fd) {
+  std::unique_lock lock(mu_);
+  auto it = handles_.find(h);
+  if (it == handles_.end()) return CUDA_ERROR_INVALID_VALUE;
+  PhysAlloc& phys = *it->second.phys;
+  // Only a handle created with the type requested can be exported
+  // (cuMemExportToShareableHandle; which error the driver gives otherwise
+  // is UNCONFIRMED).
+  if ((phys.prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0 || phys.fd < 0)
+    return CUDA_ERROR_INVALID_VALUE;
+  const int out = fcntl(phys.fd, F_DUPFD_CLOEXEC, 0);
+  if (out < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  phys.shared = true;
+  *fd = out;
+  return CUDA_SUCCESS;
+}
+
+CUresult AddressSpace::import_fd(int fd, CUmemGenericAllocationHandle* out) {
+  struct stat st {};
+  if (fd < 0 || !is_simdev_memfd(fd) || fstat(fd, &st) != 0 || st.st_size <= 0 ||
+      !aligned_to(static_cast<uint64_t>(st.st_size), kGranularity))
+    return CUDA_ERROR_INVALID_VALUE;
+  const int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);  // the caller keeps and closes its fd
+  if (own < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  auto phys = std::make_shared<PhysAlloc>();
+  phys->fd = own;
+  phys->size = static_cast<uint64_t>(st.st_size);
+  phys->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  phys->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  phys->prop.location.id = 0;
+  phys->prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+  // The exporter's device holds the memory: nothing is charged here.
+  phys->shared = true;
+  std::unique_lock lock(mu_);
+  const CUmemGenericAllocationHandle h = next_handle_++;
+  handles_[h] = HandleEntry{std::move(phys), 1};
+  *out = h;
+  return CUDA_SUCCESS;
+}
+
+CUresult AddressSpace::ipc_export(uint64_t base, int* fd, uint64_t* bytes, uint64_t* buffer_id) {
+  std::unique_lock lock(mu_);
+  auto it = reservations_.find(base);
+  // The base of a cuMemAlloc allocation only: VMM memory is shared through
+  // cuMemExportToShareableHandle instead.
+  if (it == reservations_.end() || it->second.origin != Origin::kMemAlloc || it->second.maps.empty())
+    return CUDA_ERROR_INVALID_VALUE;
+  Reservation& r = it->second;
+  Mapping& m = r.maps.begin()->second;
+  PhysAlloc& phys = *m.phys;
+  if (phys.fd < 0) {
+    // Anonymous shared memory until now: its bytes move into a memfd mapped
+    // at the same address. Work using it finishes first (nothing starts
+    // meanwhile: mu_ is held), so no write is lost.
+    wait_until_unused(m.va, m.va + m.size, false);
+    const int mfd = memfd_create(kMemfdName, MFD_CLOEXEC);
+    if (mfd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    void* staging = MAP_FAILED;
+    if (ftruncate(mfd, static_cast<off_t>(m.size)) == 0)
+      staging = mmap(nullptr, m.size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    if (staging == MAP_FAILED) {
+      close(mfd);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    std::memcpy(staging, reinterpret_cast<void*>(m.va), m.size);
+    munmap(staging, m.size);
+    void* p = mmap(reinterpret_cast<void*>(m.va), m.size, m.applied_prot, MAP_SHARED | MAP_FIXED, mfd, 0);
+    if (p == MAP_FAILED) {
+      close(mfd);
+      return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    phys.fd = mfd;
+    phys.resident = false;
+  }
+  phys.shared = true;
+  *fd = phys.fd;
+  *bytes = m.size;
+  *buffer_id = r.buffer_id;
+  return CUDA_SUCCESS;
+}
+
+CUresult AddressSpace::ipc_open(int fd, uint64_t bytes, uint64_t key, int device, const void* owner,
+                                unsigned device_mask, uint64_t* out) {
+  std::unique_lock lock(mu_);
+  auto known = ipc_opened_.find(key);
+  if (known != ipc_opened_.end()) {
+    // Opened by this process already: counted again, same address (the
+    // driver's reference count per handle and context).
+    close(fd);
+    ++known->second.refs;
+    *out = known->second.base;
+    return CUDA_SUCCESS;
+  }
+  struct stat st {};
+  if (!is_simdev_memfd(fd) || fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) < bytes || bytes == 0) {
+    close(fd);
+    return CUDA_ERROR_INVALID_HANDLE;
+  }
+  uint64_t base = 0;
+  if (CUresult e = alloc_va(bytes, kGranularity, 0, &base)) {
+    close(fd);
+    return e;
+  }
+  void* p = mmap(reinterpret_cast<void*>(base), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+  if (p == MAP_FAILED) {
+    close(fd);
+    free_va(base, bytes);
+    return CUDA_ERROR_MAP_FAILED;
+  }
+  auto phys = std::make_shared<PhysAlloc>();
+  phys->fd = fd;
+  phys->size = bytes;
+  phys->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+  phys->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  phys->prop.location.id = device;
+  phys->shared = true;
+  Reservation r;
+  r.base = base;
+  r.size = bytes;
+  r.user_size = bytes;
+  r.origin = Origin::kIpcOpen;
+  r.buffer_id = next_buffer_id_++;
+  r.device = device;
+  r.owner = owner;
+  r.device_mask = device_mask;
+  Mapping m;
+  m.va = base;
+  m.size = bytes;
+  m.phys = std::move(phys);
+  m.device_access = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  m.host_access = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  m.applied_prot = PROT_READ | PROT_WRITE;
+  r.maps.emplace(base, std::move(m));
+  Reservation& placed = reservations_.emplace(base, std::move(r)).first->second;
+  // A kernel of a device without access may be running now.
+  reprotect_locked(placed, placed.maps.begin()->second, false);
+  ipc_opened_[key] = IpcOpened{base, 1};
+  *out = base;
+  return CUDA_SUCCESS;
+}
+
+CUresult AddressSpace::ipc_close(uint64_t base) {
+  std::unique_lock lock(mu_);
+  auto it = reservations_.find(base);
+  if (it == reservations_.end() || it->second.origin != Origin::kIpcOpen) return CUDA_ERROR_INVALID_VALUE;
+  for (auto o = ipc_opened_.begin(); o != ipc_opened_.end(); ++o) {
+    if (o->second.base != base) continue;
+    if (--o->second.refs > 0) return CUDA_SUCCESS;
+    ipc_opened_.erase(o);
+    break;
+  }
+  const uint64_t size = it->second.size;
+  wait_until_unused(base, base + size);
+  if (!unmap_to_none(base, size)) return CUDA_ERROR_UNKNOWN;
+  reservations_.erase(it);
+  free_va(base, size);
+  return CUDA_SUCCESS;
+}
+
+}  // namespace simdev
