@@ -117,7 +117,7 @@ PlanResult plan_step(const StepTimeline& tl, std::uint64_t budget, LinkModel lin
   bool have_best = false;
   const SimOptions sim{budget, link, false, {}};
   for (std::uint32_t round = 1; round <= std::max(1u, options.max_rounds); ++round) {
-    StepPlan plan{tl.tokens, make_triggers(tl, cands, start, link, local)};
+    StepPlan plan{tl.tokens, make_triggers(tl, cands, start, link, local), tl.token_ordinals};
     PressureLog log;
     SimResult r = simulate_step(tl, std::span(&plan, 1), log, sim);
     const bool improved = !have_best || better(r, best.modeled);

@@ -162,6 +162,7 @@ void PolicyEngine::close_step(std::size_t end_event) {
   for (const auto& t : tokens_)
     if (t.event < ev.size()) tl.tokens.push_back(t.hash), at.push_back(t.event);
   tl.token_op = launches_before(ev, at);
+  tl.token_ordinals = token_ordinals(ev, at);
   tl.signature = step_signature(tl.tokens);
   classify(tl);
   // What the mover reported, per block of the observed step.

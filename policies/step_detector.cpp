@@ -31,18 +31,45 @@ class WindowHash {
 struct Period {
   std::size_t length = 0;
   std::size_t anchor = 0;  // a token index where a step starts
+  std::size_t cover = 0;   // tokens in a run at this distance, or its partner in the next step
 };
 
-// The period of tokens [lo, hi): the repeat distance whose matching runs, each at
-// least one period long and leaving live bytes unchanged, cover the most tokens.
-std::optional<Period> find_period(const std::vector<Token>& t, std::size_t lo, std::size_t hi,
-                                  const StepDetectorOptions& o) {
-  const std::size_t k = o.kgram;
-  if (hi - lo < 2 * std::max(o.min_period, k)) return std::nullopt;
-  const WindowHash wh(t);
+// Whether f[i] recurs `d` tokens later, within `slack` tokens either way.
+bool recurs(const std::vector<Token>& f, std::size_t i, std::size_t d, std::size_t slack) {
+  const std::size_t at = i + d;
+  for (std::size_t s = 0; s <= slack; ++s) {
+    if (at + s < f.size() && f[at + s].hash == f[i].hash) return true;
+    if (s > 0 && at - s > i && f[at - s].hash == f[i].hash) return true;
+  }
+  return false;
+}
+
+// Whether memory after the window of `d` tokens from `begin` is back where it
+// started (within `slack` tokens of the window's end).
+bool returns(const std::vector<Token>& f, std::size_t begin, std::size_t d, std::size_t slack) {
+  const std::size_t end = begin + d - 1;
+  for (std::size_t s = 0; s <= slack; ++s) {
+    if (end + s < f.size() && f[end + s].live_after == f[begin].live_before) return true;
+    if (s > 0 && end - s > begin && f[end - s].live_after == f[begin].live_before) return true;
+  }
+  return false;
+}
+
+// The period of the token sequence `f`: the repeat distance whose runs of
+// recurring tokens, each at least one period long and leaving live bytes
+// unchanged, cover the most tokens, counting both a run and its partner one
+// period later (so that the step that contains K equal micro-steps and the
+// optimizer between them wins over the micro-step: the optimizer's tokens
+// recur only at the step's distance). Exact when `slack` is 0; otherwise a
+// token may recur up to `slack` tokens off, and a run may skip up to `slack`
+// tokens that do not recur (another order, an extra).
+std::optional<Period> find_period(const std::vector<Token>& f, const StepDetectorOptions& o, std::size_t slack) {
+  const std::size_t k = o.kgram, n = f.size();
+  if (n < 2 * std::max(o.min_period, k)) return std::nullopt;
+  const WindowHash wh(f);
   std::unordered_map<std::uint64_t, std::size_t> last_seen;
   std::unordered_map<std::size_t, std::size_t> distance_count;
-  for (std::size_t i = lo; i + k <= hi; ++i) {
+  for (std::size_t i = 0; i + k <= n; ++i) {
     const std::uint64_t h = wh.of(i, k);
     auto [it, fresh] = last_seen.try_emplace(h, i);
     if (!fresh) {
@@ -57,44 +84,63 @@ std::optional<Period> find_period(const std::vector<Token>& t, std::size_t lo, s
   if (candidates.size() > o.max_candidates) candidates.resize(o.max_candidates);
 
   std::optional<Period> best;
-  std::size_t best_cover = 0;
+  std::vector<std::int32_t> covered;
   for (auto [d, count] : candidates) {
     (void)count;
-    std::size_t cover = 0, first_run = hi;
-    std::size_t run_start = lo, run = 0;
-    auto close_run = [&](std::size_t end) {
-      if (run >= d && t[run_start + d - 1].live_after == t[run_start].live_before) {
-        cover += run;
-        if (first_run == hi) first_run = run_start;
+    covered.assign(n + 1, 0);
+    std::size_t first_run = n;
+    std::size_t run_start = 0, run_end = 0, misses = 0;
+    bool in_run = false;
+    auto close_run = [&]() {
+      if (in_run && run_end - run_start >= d && returns(f, run_start, d, slack)) {
+        ++covered[run_start], --covered[run_end];
+        ++covered[std::min(n, run_start + d)], --covered[std::min(n, run_end + d)];
+        if (first_run == n) first_run = run_start;
       }
-      run = 0;
-      run_start = end + 1;
+      in_run = false;
     };
-    for (std::size_t i = lo; i + d < hi; ++i) {
-      if (t[i].hash == t[i + d].hash) {
-        if (run == 0) run_start = i;
-        ++run;
-      } else {
-        close_run(i);
+    for (std::size_t i = 0; i + d < n; ++i) {
+      if (recurs(f, i, d, slack)) {
+        if (!in_run) in_run = true, run_start = i;
+        run_end = i + 1;
+        misses = 0;
+      } else if (in_run && ++misses > slack) {
+        close_run();
       }
     }
-    if (run > 0) close_run(hi);
-    if (cover > best_cover || (cover == best_cover && cover > 0 && best && d < best->length)) {
+    close_run();
+    std::size_t cover = 0;
+    for (std::size_t i = 0, depth = 0; i < n; ++i) {
+      depth += static_cast<std::size_t>(covered[i]);
+      cover += depth > 0;
+    }
+    if (cover > 0 && (!best || cover > best->cover || (cover == best->cover && d < best->length))) {
       // A step boundary is where memory is lowest: every activation is gone. Memory
       // stays at that level through the optimizer; the step starts where it rises.
       std::size_t anchor = first_run;
-      for (std::size_t i = first_run; i < first_run + d; ++i)
-        if (t[i].live_after <= t[anchor].live_after) anchor = i;
-      best = Period{d, anchor + 1};
-      best_cover = cover;
+      for (std::size_t i = first_run; i < first_run + d && i < n; ++i)
+        if (f[i].live_after <= f[anchor].live_after) anchor = i;
+      best = Period{d, anchor + 1, cover};
     }
   }
   if (!best) return std::nullopt;
   // Walk back over earlier copies of the step (the first step often repeats too).
-  while (best->anchor >= lo + best->length &&
-         wh.of(best->anchor - best->length, best->length) == wh.of(best->anchor, best->length))
-    best->anchor -= best->length;
+  auto repeats = [&](std::size_t from) {
+    if (slack == 0) return wh.of(from, best->length) == wh.of(from + best->length, best->length);
+    std::size_t hits = 0;
+    for (std::size_t i = from; i < from + best->length; ++i) hits += recurs(f, i, best->length, slack);
+    return hits * 10 >= best->length * 9;
+  };
+  while (best->anchor >= best->length && repeats(best->anchor - best->length)) best->anchor -= best->length;
   return best;
+}
+
+std::optional<Period> find_period(const std::vector<Token>& t, std::size_t lo, std::size_t hi,
+                                  const StepDetectorOptions& o) {
+  std::vector<Token> f(t.begin() + static_cast<std::ptrdiff_t>(lo), t.begin() + static_cast<std::ptrdiff_t>(hi));
+  auto p = find_period(f, o, 0);
+  if (p) p->anchor += lo;
+  return p;
 }
 
 std::uint64_t signature_of(const std::vector<Token>& t, std::size_t begin, std::size_t len) {
@@ -141,6 +187,50 @@ void segment_by_markers(const Trace& trace, StepDetection& d) {
     add(marks[m], m + 1 < marks.size() ? marks[m + 1] : trace.size(), false);
 }
 
+// Steps that repeat only up to noise (extra short-lived allocations with sizes
+// of their own, independent launches in another order): the period of the
+// tokens that recur at all (a token seen once in the whole stream belongs to
+// no step), found with slack, then cut one period apart, each cut moved by up
+// to the slack to where the first step began (same token, same live bytes).
+// Every step found is taken for the same step: noise makes each signature
+// differ. False when no period covers most of the stream.
+bool segment_noisy(const Trace& trace, StepDetection& d, const StepDetectorOptions& o) {
+  const std::size_t n = d.tokens.size();
+  std::unordered_map<std::uint64_t, std::uint32_t> seen;
+  for (const Token& t : d.tokens) ++seen[t.hash];
+  std::vector<std::size_t> idx;  // positions in d.tokens of the tokens that recur
+  std::vector<Token> f;
+  for (std::size_t i = 0; i < n; ++i)
+    if (seen[d.tokens[i].hash] > 1) idx.push_back(i), f.push_back(d.tokens[i]);
+  const auto p = find_period(f, o, o.slack);
+  if (!p || 2 * p->cover < f.size() || p->anchor >= f.size()) return false;
+  std::vector<std::size_t> cuts{p->anchor};
+  const Token& first = f[p->anchor];
+  for (;;) {
+    const std::size_t guess = cuts.back() + p->length;
+    if (guess >= f.size()) break;
+    std::size_t cut = guess;
+    bool exact = false;
+    for (std::size_t s = 0; s <= o.slack && !exact; ++s)
+      for (std::size_t at : {guess - std::min(s, guess), guess + s})
+        if (!exact && at < f.size() && at > cuts.back() && f[at].hash == first.hash &&
+            f[at].live_before == first.live_before)
+          cut = at, exact = true;
+    cuts.push_back(cut);
+  }
+  auto add = [&](std::size_t tb, std::size_t te, bool prologue) {
+    if (tb >= te) return;
+    d.spans.push_back(StepSpan{tb == 0 ? 0 : event_of(d, tb, trace.size()), event_of(d, te, trace.size()), tb, te,
+                               signature_of(d.tokens, tb, te - tb), prologue ? 1u : 0u, prologue});
+  };
+  add(0, idx[cuts.front()], true);
+  for (std::size_t j = 0; j < cuts.size(); ++j) add(idx[cuts[j]], j + 1 < cuts.size() ? idx[cuts[j + 1]] : n, false);
+  d.period_tokens = cuts.size() > 1 ? idx[cuts[1]] - idx[cuts[0]] : n - idx[cuts[0]];
+  d.noisy = true;
+  d.dominant_shape = 0;
+  return true;
+}
+
 void segment_by_period(const Trace& trace, StepDetection& d, const WindowHash& wh,
                        const StepDetectorOptions& o) {
   const std::size_t n = d.tokens.size();
@@ -150,6 +240,8 @@ void segment_by_period(const Trace& trace, StepDetection& d, const WindowHash& w
                                signature_of(d.tokens, tb, te - tb), 0, prologue});
   };
   auto period = find_period(d.tokens, 0, n, o);
+  // Exact repeats that cover little of the stream: noise may hide the step.
+  if ((!period || 2 * period->cover < n) && o.slack > 0 && segment_noisy(trace, d, o)) return;
   if (!period) {  // nothing repeats: the whole stream is one step
     add(0, n, false);
     return;
@@ -218,7 +310,7 @@ StepDetection detect_steps(const Trace& trace, std::vector<Token> tokens, const 
     segment_by_markers(trace, d);
   else
     segment_by_period(trace, d, wh, options);
-  assign_shapes(d);
+  if (!d.noisy) assign_shapes(d);
   return d;
 }
 

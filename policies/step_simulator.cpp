@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <deque>
+#include <optional>
+
+#include "policies/step_alignment.hpp"
 
 namespace tierrt::policy {
 namespace {
@@ -110,19 +113,36 @@ class Model {
   }
 
  private:
+  // The alternative followed furthest (then with the most tokens matched). A plan
+  // with ordinals per token is aligned to this step; one without is followed as
+  // far as the tokens agree; one without tokens is the step's own.
   void choose_plan(std::span<const StepPlan> plans) {
-    std::uint32_t best = 0;
+    std::uint32_t best = 0, best_matched = 0;
     for (std::size_t i = 0; i < plans.size(); ++i) {
-      const std::uint32_t ops = plans[i].expected_tokens.empty() ? static_cast<std::uint32_t>(tl_.ops.size())
-                                                                 : tl_.ops_matching(plans[i].expected_tokens);
-      if (r_.plan_alternative < 0 || ops > best) best = ops, r_.plan_alternative = static_cast<int>(i), plan_ = &plans[i];
+      std::optional<AlignedPlan> aligned = align_plan(plans[i], tl_);
+      std::uint32_t ops = 0, matched = 0;
+      if (aligned) {
+        ops = aligned->plan_ops, matched = aligned->matched_tokens;
+      } else {
+        ops = plans[i].expected_tokens.empty() ? static_cast<std::uint32_t>(tl_.ops.size())
+                                               : tl_.ops_matching(plans[i].expected_tokens);
+        matched = plans[i].expected_tokens.empty() ? 0 : static_cast<std::uint32_t>(common_prefix(plans[i].expected_tokens, tl_.tokens));
+      }
+      if (r_.plan_alternative >= 0 && (ops < best || (ops == best && matched <= best_matched))) continue;
+      best = ops, best_matched = matched, r_.plan_alternative = static_cast<int>(i);
+      if (aligned) {
+        aligned_ = std::move(aligned->triggers);
+        table_ = &aligned_;
+      } else {
+        table_ = &plans[i].triggers;
+      }
     }
     r_.plan_ops = best;
   }
 
   std::span<const Trigger> triggers(std::uint32_t op) const {
-    if (!plan_ || op >= r_.plan_ops) return {};
-    return plan_->triggers.at(op);
+    if (!table_ || op >= r_.plan_ops) return {};
+    return table_->at(op);
   }
 
   std::uint32_t block_of(const Trigger& t) const {
@@ -413,7 +433,8 @@ class Model {
   const StepTimeline& tl_;
   VictimChooser& victims_;
   const SimOptions& o_;
-  const StepPlan* plan_ = nullptr;
+  TriggerTable aligned_;                   // the plan followed, moved onto this step, when it was aligned
+  const TriggerTable* table_ = nullptr;   // the triggers followed, keyed by this step's launches
   std::vector<BlockState> blocks_;
   std::vector<std::vector<std::uint32_t>> allocs_at_, frees_at_;
   std::vector<bool> op_done_;

@@ -141,6 +141,34 @@ std::vector<std::uint32_t> launches_before(std::span<const Event> events, std::s
   return out;
 }
 
+std::vector<std::uint32_t> token_ordinals(std::span<const Event> events, std::span<const std::uint32_t> token_events) {
+  std::vector<std::uint32_t> out;
+  out.reserve(token_events.size());
+  // Ordinals by block id as of each event: an id freed and allocated again within
+  // the step names its newest block.
+  std::unordered_map<BlockId, std::uint32_t> ordinal_of;
+  std::uint32_t next = 0;
+  std::size_t e = 0;
+  for (std::uint32_t at : token_events) {
+    for (; e <= at && e < events.size(); ++e)
+      if (events[e].kind == EventKind::Alloc) ordinal_of[events[e].a] = next++;
+    if (at >= events.size()) {
+      out.push_back(kNoOrdinal);
+      continue;
+    }
+    const Event& ev = events[at];
+    if (ev.kind == EventKind::Launch) {
+      out.push_back(kLaunchToken);
+    } else if (ev.kind == EventKind::Alloc) {
+      out.push_back(ordinal_of[ev.a]);
+    } else {
+      auto it = ordinal_of.find(ev.a);
+      out.push_back(it == ordinal_of.end() ? kNoOrdinal : (it->second | kFreeToken));
+    }
+  }
+  return out;
+}
+
 std::uint64_t StepTimeline::compute_ns() const {
   std::uint64_t t = 0;
   for (const auto& op : ops) t += op.duration_ns;
@@ -176,6 +204,7 @@ StepTimeline span_timeline(std::span<const Event> events, const StepDetection& s
   for (std::size_t t = span.begin_token; t < span.end_token; ++t)
     at.push_back(static_cast<std::uint32_t>(steps.tokens[t].event - span.begin_event));
   tl.token_op = launches_before(own, at);
+  tl.token_ordinals = token_ordinals(own, at);
   tl.signature = span.signature;
   return tl;
 }

@@ -13,7 +13,7 @@
 namespace tierrt::policy {
 
 inline StepPlan framework_plan(std::vector<Trigger> triggers, const StepTimeline& tl) {
-  return StepPlan{{}, TriggerTable(std::move(triggers), static_cast<std::uint32_t>(tl.ops.size()))};
+  return StepPlan{{}, TriggerTable(std::move(triggers), static_cast<std::uint32_t>(tl.ops.size())), {}};
 }
 
 // What framework-integrated offload does with a saved tensor `select` picks:

@@ -80,9 +80,13 @@ class Synth {
       free(t);
     }
   }
+  // Independent launches in program order, each adjacent pair swapped with the
+  // reorder probability (a swap can carry a launch further along).
   template <class F>
   void maybe_shuffled(std::vector<F> fs) {
-    if (o_.reorder) std::shuffle(fs.begin(), fs.end(), rng_);
+    if (o_.reorder_probability > 0)
+      for (std::size_t i = 0; i + 1 < fs.size(); ++i)
+        if (std::uniform_real_distribution<double>(0, 1)(rng_) < o_.reorder_probability) std::swap(fs[i], fs[i + 1]);
     for (auto& f : fs) f();
   }
 

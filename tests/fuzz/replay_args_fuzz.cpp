@@ -30,6 +30,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     FUZZ_CHECK(a.link.h2d_bytes_per_s >= 1e6 && a.link.h2d_bytes_per_s <= 1e15);
     FUZZ_CHECK(a.link.d2h_bytes_per_s >= 1e6 && a.link.d2h_bytes_per_s <= 1e15);
     if (a.synth) FUZZ_CHECK(a.synth->shape.seq >= 16 && a.synth->steps >= 1);
+    // Noise the synthesizer can make: a probability, and durations kept positive.
+    if (a.synth) FUZZ_CHECK(a.synth->reorder_probability >= 0 && a.synth->reorder_probability <= 1);
+    if (a.synth) FUZZ_CHECK(a.synth->duration_jitter >= 0 && a.synth->duration_jitter < 1);
+    if (a.synth) FUZZ_CHECK(a.synth->shape.grad_accum >= 1);
   } catch (const tierrt::replay::ArgError& e) {
     const std::string m = e.what();
     FUZZ_CHECK(!m.empty() && m.find('\n') == std::string::npos);

@@ -64,7 +64,7 @@ class Noisy : public ::testing::TestWithParam<std::uint64_t> {};
 TEST_P(Noisy, DenseWithExtraTransientsAndReorderedOps) {
   auto o = test::tiny_options(test::tiny_dense());
   o.noise_transients = 3;
-  o.reorder = true;
+  o.reorder_probability = 0.5;
   o.duration_jitter = 0.3;
   o.step_markers = true;  // the noise makes every step's token sequence different
   o.seed = GetParam();
@@ -74,7 +74,7 @@ TEST_P(Noisy, DenseWithExtraTransientsAndReorderedOps) {
 TEST_P(Noisy, MoeWithExtraTransientsAndReorderedOps) {
   auto o = test::tiny_options(test::tiny_moe());
   o.noise_transients = 3;
-  o.reorder = true;
+  o.reorder_probability = 0.5;
   o.duration_jitter = 0.3;
   o.step_markers = true;
   o.seed = GetParam();

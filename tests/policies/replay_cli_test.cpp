@@ -59,7 +59,8 @@ class ReplayCli : public ::testing::Test {
 TEST_F(ReplayCli, HelpDescribesEveryCommand) {
   const auto r = run("--help");
   EXPECT_EQ(r.status, 0);
-  for (const char* w : {"synth", "replay", "shipped", "--link", "--csv", "--svg", "modeled"})
+  for (const char* w : {"synth", "replay", "shipped", "--link", "--csv", "--svg", "modeled", "--temporaries",
+                        "--reorder", "--jitter", "--seed", "--grad-accum", "--markers"})
     EXPECT_NE(r.out.find(w), std::string::npos) << w;
 }
 
@@ -69,12 +70,35 @@ TEST_F(ReplayCli, BadArgumentsAreOneLineErrors) {
                           "replay --model llama3.1-8b --policies none,magic", "replay --model llama3.1-8b --offload-fraction 2",
                           "replay --model llama3.1-8b --budget-gib 10 --offload-all", "synth --model llama3.1-8b",
                           "replay --model llama3.1-8b --seq", "replay --trace a --model llama3.1-8b", "replay --seq 100",
-                          "replay --model llama3.1-8b --bogus"}) {
+                          "replay --model llama3.1-8b --bogus", "replay --model llama3.1-8b --temporaries -1",
+                          "replay --model llama3.1-8b --reorder 1.5", "replay --model llama3.1-8b --jitter 1",
+                          "replay --model llama3.1-8b --seed x", "replay --trace a --temporaries 2",
+                          "shipped --reorder 0.5", "replay --model llama3.1-8b --grad-accum 0"}) {
     const auto r = run(bad);
     EXPECT_EQ(r.status, 2) << bad << ": " << r.out;
     EXPECT_EQ(r.out.rfind("tierrt-replay: ", 0), 0u) << bad << ": " << r.out;
     EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << bad << ": more than one line: " << r.out;
   }
+}
+
+// A step that does not repeat is no step: one line saying so, and no table.
+TEST_F(ReplayCli, NoRepeatingStepIsOneLineAndNoFigures) {
+  const auto trace = dir_ / "one.trace";
+  auto r = run("synth --model llama3.1-8b --seq 1024 --steps 1 -o " + trace.string());
+  ASSERT_EQ(r.status, 0) << r.out;
+  r = run("replay --trace " + trace.string());
+  EXPECT_EQ(r.status, 1) << r.out;
+  EXPECT_EQ(r.out.rfind("tierrt-replay: no training step found (", 0), 0u) << r.out;
+  EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << r.out;
+  EXPECT_EQ(r.out.find("tierrt "), std::string::npos) << r.out;
+}
+
+TEST_F(ReplayCli, NoiseOptionsReachTheSynthesizedStep) {
+  const auto r = run("replay --model llama3.1-8b --seq 1024 --temporaries 2 --reorder 0.5 --jitter 0.2 --seed 7 "
+                     "--policies none,tierrt");
+  ASSERT_EQ(r.status, 0) << r.out;
+  EXPECT_NE(r.out.find("noise: 2 temporaries, reorder 0.50, jitter 0.20, seed 7"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("\ntierrt "), std::string::npos) << r.out;
 }
 
 TEST_F(ReplayCli, CorruptTraceIsAOneLineError) {

@@ -2,6 +2,7 @@
 // and compare tierrt's planner with its baselines in the discrete-event model.
 #include <fstream>
 #include <iostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,13 @@ std::string describe(const policy::SynthOptions& s) {
   std::string d = s.model.name + ", seq " + std::to_string(s.shape.seq) + ", micro-batch " +
                   std::to_string(s.shape.micro_batch) + ", tp " + std::to_string(s.shape.tp);
   if (s.shape.grad_accum > 1) d += ", grad-accum " + std::to_string(s.shape.grad_accum);
-  return d + " (synthesized, " + std::to_string(static_cast<int>(s.shape.tflops)) + " TFLOP/s)";
+  if (s.step_markers) d += ", step markers";
+  d += " (synthesized, " + std::to_string(static_cast<int>(s.shape.tflops)) + " TFLOP/s";
+  if (s.noise_transients > 0 || s.reorder_probability > 0 || s.duration_jitter > 0)
+    d += "; noise: " + std::to_string(s.noise_transients) + " temporaries, reorder " +
+         replay::format_number("%.2f", s.reorder_probability) + ", jitter " + replay::format_number("%.2f", s.duration_jitter) + ", seed " +
+         std::to_string(s.seed);
+  return d + ")";
 }
 
 std::string describe_budget(const policy::BudgetChoice& b, const policy::Comparison& c) {
@@ -57,10 +64,17 @@ void settle_link(policy::Trace& trace, replay::Args& a) {
   if (auto measured = policy::measured_link(trace, a.link)) a.link = *measured;
 }
 
+// Figures for a step that is not one would read as results: none rather than wrong ones.
+void require_step(const policy::TraceSteps& analysed) {
+  if (!analysed.no_step.empty())
+    throw std::runtime_error("no training step found (" + analysed.no_step + "): no figures reported");
+}
+
 int run_replay(replay::Args a) {
   policy::Trace trace = a.trace_path ? policy::read_trace_file(*a.trace_path) : policy::synthesize(*a.synth);
   settle_link(trace, a);
   const auto analysed = policy::analyse_trace(trace);
+  require_step(analysed);
   std::vector<std::string> skipped;
   const auto cmp = policy::compare_policies(analysed.steps, a.policies, a.link, a.budget, a.svg_path.has_value(), &skipped);
   replay::ReportContext ctx{a.trace_path ? *a.trace_path + " (recorded)" : describe(*a.synth),
@@ -88,6 +102,7 @@ int run_shipped(const replay::Args& a) {
     s.model = *policy::find_model(name);
     s.shape = policy::default_shape(s.model);
     const auto analysed = policy::analyse_trace(policy::synthesize(s));
+    require_step(analysed);
     const auto cmp = policy::compare_policies(analysed.steps, a.policies, a.link, a.budget, false);
     replay::ReportContext ctx{describe(s), policy::describe_link(a.link), describe_budget(a.budget, cmp),
                               analysed.steps.size()};

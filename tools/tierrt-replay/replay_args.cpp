@@ -48,8 +48,8 @@ in a discrete-event model (one compute stream, one D2H and one H2D copy engine, 
 device budget). Every figure it prints is modeled, not measured.
 
 usage:
-  tierrt-replay synth  --model NAME [shape] [--steps N] [--markers] -o FILE
-  tierrt-replay replay (--trace FILE | --model NAME [shape]) [options]
+  tierrt-replay synth  --model NAME [shape] [noise] -o FILE
+  tierrt-replay replay (--trace FILE | --model NAME [shape] [noise]) [options]
   tierrt-replay shipped [options]        every shipped model at its default shape
   tierrt-replay --help
 
@@ -60,9 +60,19 @@ shape:
   --tp N             tensor/sequence/expert parallel degree (default 8; 1 for llama3.1-8b)
   --ep N             expert-parallel degree, MoE only (default 64 for deepseek-v3)
   --dp N             data-parallel ranks sharding the optimizer state (default 8)
-  --grad-accum N     micro-batches per step (default 1)
+  --grad-accum K     micro-steps (forward and backward) per optimizer step
+                     (default 1); no step markers unless --markers
   --tflops X         sustained dense TFLOP/s per GPU (default 600)
   --steps N          training steps to synthesize (default 3)
+  --markers          mark each step's start (as tierrt_mark_step does)
+noise (synthesized steps; drawn afresh in every step):
+  --temporaries N    N extra random-size short-lived allocations, each with one
+                     launch, at each of three points of every layer (default 0)
+  --reorder P        probability that two adjacent independent launches (Q/K/V
+                     projections, MLP gate/up) swap (default 0)
+  --jitter F         each launch's duration scaled by a uniform factor in
+                     [1-F, 1+F], F below 1 (default 0)
+  --seed S           seed of the noise (default 1)
 options:
   --link L           pcie5 (53 GB/s each way), c2c (375 GB/s H2D, 297 GB/s D2H),
                      or H2D,D2H in GB/s (default: the copy rates a recorded
@@ -96,6 +106,13 @@ Args parse_args(const std::vector<std::string>& argv) {
   struct ShapeFlags {
     std::optional<std::uint32_t> seq, micro_batch, tp, ep, dp, grad_accum, steps;
     std::optional<double> tflops;
+    std::optional<std::uint32_t> temporaries;
+    std::optional<double> reorder, jitter;
+    std::optional<std::uint64_t> seed;
+    bool any() const {
+      return seq || micro_batch || tp || ep || dp || grad_accum || steps || tflops || temporaries || reorder || jitter ||
+             seed;
+    }
   } shape;
   bool markers = false, have_fraction = false;
   for (std::size_t i = 1; i < argv.size(); ++i) {
@@ -117,6 +134,10 @@ Args parse_args(const std::vector<std::string>& argv) {
     else if (f == "--steps") shape.steps = parse_number<std::uint32_t>(f, value(), 1, 1000);
     else if (f == "--tflops") shape.tflops = parse_number<double>(f, value(), 1e-3, 1e6);
     else if (f == "--markers") markers = true;
+    else if (f == "--temporaries") shape.temporaries = parse_number<std::uint32_t>(f, value(), 0, 64);
+    else if (f == "--reorder") shape.reorder = parse_number<double>(f, value(), 0.0, 1.0);
+    else if (f == "--jitter") shape.jitter = parse_number<double>(f, value(), 0.0, 0.9);
+    else if (f == "--seed") shape.seed = parse_number<std::uint64_t>(f, value(), 0, UINT64_MAX);
     else if (f == "--link") {
       try {
         a.link = policy::parse_link(value());
@@ -162,10 +183,14 @@ Args parse_args(const std::vector<std::string>& argv) {
     if (shape.grad_accum) s.shape.grad_accum = *shape.grad_accum;
     if (shape.tflops) s.shape.tflops = *shape.tflops;
     if (shape.steps) s.steps = *shape.steps;
+    if (shape.temporaries) s.noise_transients = *shape.temporaries;
+    if (shape.reorder) s.reorder_probability = *shape.reorder;
+    if (shape.jitter) s.duration_jitter = *shape.jitter;
+    if (shape.seed) s.seed = *shape.seed;
     s.step_markers = markers;
     a.synth = s;
-  } else if (shape.seq || shape.micro_batch || shape.tp || shape.ep || shape.dp || shape.grad_accum || shape.tflops || shape.steps || markers) {
-    throw ArgError("shape options need --model");
+  } else if (shape.any() || markers) {
+    throw ArgError("shape and noise options need --model");
   }
   if (a.command == Command::Synth) {
     if (!a.synth) throw ArgError("synth: --model is required");

@@ -18,6 +18,10 @@ namespace tierrt::policy {
 
 inline constexpr std::uint32_t kNoOrdinal = 0xffffffffu;
 inline constexpr std::uint32_t kNever = 0xffffffffu;
+// StepTimeline::token_ordinals: a launch's token, and the bit that marks a
+// free's token (an allocation's token holds its block's ordinal alone).
+inline constexpr std::uint32_t kLaunchToken = 0xfffffffeu;
+inline constexpr std::uint32_t kFreeToken = 0x80000000u;
 
 struct OpRecord {
   std::uint64_t seq = 0;          // the launch sequence number it had in the trace
@@ -48,6 +52,10 @@ struct StepTimeline {
   std::vector<std::uint32_t> by_ordinal;  // ordinal -> block index
   std::vector<std::uint64_t> tokens;      // what a plan made from this step checks the next one against
   std::vector<std::uint32_t> token_op;    // per token: launches issued before it
+  // Per token: kLaunchToken, the ordinal of the block an allocation makes, or that
+  // of the block a free ends with kFreeToken set (kNoOrdinal: a block from before
+  // the step). Empty when not known (the follower then matches tokens exactly).
+  std::vector<std::uint32_t> token_ordinals;
   std::uint64_t signature = 0;
   std::vector<std::uint32_t> backward_begins;  // first launch after each Phase(Backward) marker
   double measured_d2h_bps = 0, measured_h2d_bps = 0;  // from CopyRate events; 0 when none
@@ -82,6 +90,10 @@ StepTimeline build_timeline(std::span<const Event> events, LiveBlocks& live);
 
 // For each token (by the index of its event within `events`), the launches before it.
 std::vector<std::uint32_t> launches_before(std::span<const Event> events, std::span<const std::uint32_t> token_events);
+
+// For each token (by the index of its event within `events`), what it is about
+// (see StepTimeline::token_ordinals).
+std::vector<std::uint32_t> token_ordinals(std::span<const Event> events, std::span<const std::uint32_t> token_events);
 
 // The timeline of one step the detector found in `events`, with the step's tokens,
 // where each token falls among its launches, and its signature. `live` as for

@@ -38,12 +38,15 @@ class TriggerTable {
 };
 
 // What a policy hands over for one step. `expected_tokens` names the step the
-// triggers were computed for; the follower stops using the table at the first
-// token that differs. Empty means the triggers come from the step itself (baselines
-// that model framework-integrated offload).
+// triggers were computed for, `expected_ordinals` what each of its tokens is
+// about (StepTimeline::token_ordinals): with both, the follower aligns the
+// running step to it (step_alignment.hpp); with tokens alone it stops using the
+// table at the first token that differs. No tokens means the triggers come from
+// the step itself (baselines that model framework-integrated offload).
 struct StepPlan {
   std::vector<std::uint64_t> expected_tokens;
   TriggerTable triggers;
+  std::vector<std::uint32_t> expected_ordinals;
 };
 
 }  // namespace tierrt::policy

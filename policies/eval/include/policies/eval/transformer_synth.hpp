@@ -26,11 +26,17 @@ struct SynthOptions {
   // From this step on, the sequence length changes to `changed_seq`.
   std::optional<std::uint32_t> change_after;
   std::uint32_t changed_seq = 0;
-  // Noise: extra short-lived allocations per layer, and independent launches
-  // (Q/K/V projections, MLP gate/up) in random order.
+  // Noise, drawn afresh in every step from one seeded generator (noise that
+  // repeated identically each step would be structure, not noise):
+  // `noise_transients` extra random-size short-lived allocations, each with one
+  // launch, at each of three points of every layer (after attention and after
+  // the MLP in forward, after the layer's backward); each pair of adjacent
+  // independent launches (Q/K/V projections, MLP gate/up) swapped with
+  // probability `reorder_probability`; each launch's duration scaled by a
+  // uniform factor in [1 - duration_jitter, 1 + duration_jitter].
   std::uint32_t noise_transients = 0;
-  bool reorder = false;
-  double duration_jitter = 0;  // relative, uniform, per launch
+  double reorder_probability = 0;
+  double duration_jitter = 0;
   std::uint64_t seed = 1;
 };
 
