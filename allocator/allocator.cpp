@@ -311,6 +311,8 @@ void Allocator::resume_moves() noexcept {
 }
 SpillMode Allocator::mode() const noexcept { return p_->backing->mode(); }
 std::size_t Allocator::granularity() const noexcept { return p_->arena.granularity(); }
+bool Allocator::grant_peer(CUdevice peer) noexcept { return p_->arena.add_peer(peer); }
+CUdevice Allocator::device() const noexcept { return p_->arena.device(); }
 
 Stats Allocator::stats() const noexcept {
   Stats s;
@@ -328,6 +330,7 @@ Stats Allocator::stats() const noexcept {
   s.host_peak = host.peak();
   s.host_budget = host.limit();
   s.pinned_pool_bytes = p_->backing->pinned_pool_bytes();
+  p_->backing->fill_placement(&s);
   s.allocs = p_->allocs.load(std::memory_order_relaxed);
   s.cache_hits = p_->cache_hits.load(std::memory_order_relaxed);
   s.driver_allocs = p_->blocks_made.load(std::memory_order_relaxed) + p_->slabs.slabs_made();

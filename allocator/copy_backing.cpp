@@ -7,6 +7,16 @@ namespace tierrt::alloc {
 CopyBacking::CopyBacking(DeviceArena& arena, std::uint64_t budget, std::uint64_t pinned_chunk) noexcept
     : HostBacking(arena, budget) {
   tier_.configure_pool(pinned_chunk, budget + pinned_chunk);
+  // Pinned memory on the GPU's own NUMA node; a driver that does not know
+  // the attribute names no node. Placed chunks are page-locked with
+  // cuMemHostRegister, which a device may not support.
+  int node = -1, can_register = 1;
+  if (TIERRT_CU(cuDeviceGetAttribute, &node, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, arena.device()) != CUDA_SUCCESS)
+    node = -1;
+  if (TIERRT_CU(cuDeviceGetAttribute, &can_register, CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, arena.device()) !=
+      CUDA_SUCCESS)
+    can_register = 1;  // unknown: tried, and given up at the first refusal
+  tier_.place_pinned_on(node, can_register != 0);
 }
 
 CUresult CopyBacking::prepare_spill(Block* b, HostCopy* to) noexcept {

@@ -1,5 +1,6 @@
 // Copy spilling: the host copy is a pinned buffer from the private jemalloc
-// arena, and the block's VA stays reserved but unmapped while it is spilled.
+// arena (its chunks on the device's NUMA node where it names one), and the
+// block's VA stays reserved but unmapped while it is spilled.
 #pragma once
 
 #include "host_backing.h"

@@ -11,11 +11,14 @@ namespace tierrt::alloc {
 
 namespace {
 
-CUmemAllocationProp device_chunk_prop(CUdevice dev) noexcept {
+CUmemAllocationProp device_chunk_prop(CUdevice dev, bool exportable = false) noexcept {
   CUmemAllocationProp prop{};
   prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   prop.location.id = dev;
+  // Exportable as a POSIX fd, so that IPC of tierrt's memory can share the
+  // chunk behind an allocation (runtime/ipc_shim).
+  if (exportable) prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   return prop;
 }
 
@@ -35,6 +38,10 @@ CUresult DeviceArena::init(std::uint64_t budget) noexcept {
   std::size_t total = 0;
   if ((r = TIERRT_CU(cuDeviceTotalMem, &total, dev_)) != CUDA_SUCCESS) return r;
   budget_.set_limit(budget ? budget : default_device_budget(total));
+  int posix_fd = 0;
+  exportable_.store(TIERRT_CU(cuDeviceGetAttribute, &posix_fd,
+                              CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, dev_) == CUDA_SUCCESS &&
+                    posix_fd != 0);
   // Spares count against the budget; a rescue gives them back first.
   spares_.set_limit(std::min<std::uint64_t>(1ull << 30, budget_.limit() / 4));
   return CUDA_SUCCESS;
@@ -94,9 +101,16 @@ bool DeviceArena::reserve(std::uint64_t bytes, const Claimant& who) noexcept {
 }
 
 CUresult DeviceArena::create_chunk(std::size_t bytes, Handle* out, const Claimant& who) noexcept {
-  const CUmemAllocationProp prop = device_chunk_prop(dev_);
   for (;;) {
+    const bool exportable = exportable_.load(std::memory_order_relaxed);
+    const CUmemAllocationProp prop = device_chunk_prop(dev_, exportable);
     const CUresult r = TIERRT_CU(cuMemCreate, out, bytes, &prop, 0ull);
+    // A driver that says it supports fds and still refuses an exportable
+    // chunk (seen in containers): chunks are made as before, for good.
+    if (exportable && r != CUDA_SUCCESS && r != CUDA_ERROR_OUT_OF_MEMORY) {
+      exportable_.store(false, std::memory_order_relaxed);
+      continue;
+    }
     // The driver is out of memory although the budget was not: free some.
     if (r != CUDA_ERROR_OUT_OF_MEMORY || reclaimer_ == nullptr || !reclaimer_->make_room(bytes, who)) return r;
   }
@@ -135,17 +149,52 @@ CUresult DeviceArena::map(CUdeviceptr va, std::size_t bytes, Handle h, const CUm
   if (stuck != nullptr) *stuck = false;
   CUresult r = TIERRT_CU(cuMemMap, va, bytes, 0, h, 0ull);
   if (r != CUDA_SUCCESS) return r;
-  CUmemAccessDesc acc[2]{};
-  acc[0].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  acc[0].location.id = dev_;
-  acc[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CUmemAccessDesc acc[2 + kMaxPeers]{};
+  std::size_t n = 0;
+  acc[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  acc[n].location.id = dev_;
+  acc[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   if (host != nullptr) {
-    acc[1].location = *host;
-    acc[1].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    acc[n].location = *host;
+    acc[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
   }
-  r = TIERRT_CU(cuMemSetAccess, va, bytes, acc, host != nullptr ? 2 : 1);
+  for (std::uint64_t peers = peers_.load(std::memory_order_seq_cst); peers != 0; peers &= peers - 1) {
+    acc[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    acc[n].location.id = std::countr_zero(peers);
+    acc[n++].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  }
+  r = TIERRT_CU(cuMemSetAccess, va, bytes, acc, n);
   if (r != CUDA_SUCCESS && unmap(va, bytes) != CUDA_SUCCESS && stuck != nullptr) *stuck = true;
   return r;
+}
+
+bool DeviceArena::add_peer(CUdevice peer) noexcept {
+  if (peer < 0 || peer >= static_cast<CUdevice>(kMaxPeers) || peer == dev_) return false;
+  const std::uint64_t bit = std::uint64_t{1} << peer;
+  if (peers_.fetch_or(bit, std::memory_order_seq_cst) & bit) return true;
+  if (!table_) return true;
+  CUmemAccessDesc acc{};
+  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  acc.location.id = peer;
+  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  bool all = true;
+  // A run is one owner's address range; parts of it may be unmapped (a
+  // block spilled in copy mode): those are granted when they are mapped
+  // again, so only the granules mapped now are asked for one by one.
+  table_->for_each_run([&](std::uintptr_t base, std::size_t len, std::uintptr_t) {
+    if (TIERRT_CU(cuMemSetAccess, base, len, &acc, 1) == CUDA_SUCCESS) return;
+    for (CUdeviceptr at = base; at < base + len;) {
+      CUdeviceptr mbase = 0;
+      std::size_t msize = 0;
+      if (TIERRT_CU(cuMemGetAddressRange, &mbase, &msize, at) != CUDA_SUCCESS || mbase + msize <= at) {
+        at += gran_;  // nothing mapped here
+        continue;
+      }
+      if (TIERRT_CU(cuMemSetAccess, mbase, msize, &acc, 1) != CUDA_SUCCESS) all = false;
+      at = mbase + msize;
+    }
+  });
+  return all;
 }
 
 CUresult DeviceArena::unmap(CUdeviceptr va, std::size_t bytes) noexcept {

@@ -6,6 +6,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -56,6 +57,7 @@ struct DeviceRange {
 class DeviceArena {
  public:
   using Handle = CUmemGenericAllocationHandle;
+  static constexpr std::size_t kMaxPeers = 64;  // device ordinals a peer mask holds
 
   DeviceArena() = default;
   DeviceArena(const DeviceArena&) = delete;
@@ -75,6 +77,8 @@ class DeviceArena {
   const GranuleTable& table() const noexcept { return *table_; }
   const Budget& budget() const noexcept { return budget_; }
   std::uint64_t spare_bytes() const noexcept { return spares_.bytes(); }
+  // Chunks made now can be exported as POSIX fds.
+  bool exportable() const noexcept { return exportable_.load(std::memory_order_relaxed); }
 
   // A new range of `bytes` (a multiple of the granularity) with its own
   // chunk, mapped read-write for the device and entered in the table as
@@ -106,6 +110,14 @@ class DeviceArena {
   // an undo, a chunk that cannot be given back).
   static CUresult unmap(CUdeviceptr va, std::size_t bytes) noexcept;
   CUresult reserve_address(std::size_t bytes, CUdeviceptr* va) noexcept;
+
+  // Device `peer` may reach this device's memory (the application enabled
+  // peer access to it): every mapping made from now on is read-write for
+  // it too, and those in place are granted now. Enabling peer access does
+  // not extend to VMM mappings; each peer needs cuMemSetAccess. False when
+  // `peer` is out of range or a mapping in place could not be granted.
+  bool add_peer(CUdevice peer) noexcept;
+  bool has_peers() const noexcept { return peers_.load(std::memory_order_acquire) != 0; }
   void free_address(CUdeviceptr va, std::size_t bytes) noexcept;
 
  private:
@@ -119,6 +131,13 @@ class DeviceArena {
   Budget budget_;
   ChunkSpares spares_;  // unmapped chunks; their bytes stay held against the budget
   Reclaimer* reclaimer_ = nullptr;
+  // New chunks are exportable as POSIX fds (the device supports them and
+  // no cuMemCreate refused one yet).
+  std::atomic<bool> exportable_{false};
+  // Bit d: device d is granted access to every mapping (add_peer). Set
+  // before the mappings in place are granted, read after each cuMemMap:
+  // a mapping made meanwhile is granted by one side or the other.
+  std::atomic<std::uint64_t> peers_{0};
 };
 
 }  // namespace tierrt::alloc

@@ -32,6 +32,28 @@ class GranuleTable {
   // len must be granule-aligned. False when the range is outside the table.
   bool insert(std::uintptr_t base, std::size_t len, std::uintptr_t value);
   void erase(std::uintptr_t base, std::size_t len) noexcept;
+  // Calls fn(base, len, value) for each maximal run of consecutive granules
+  // holding one value, in address order. Entries may change meanwhile: a
+  // run is what each entry held when it was read.
+  template <class Fn>
+  void for_each_run(Fn&& fn) const noexcept {
+    std::uintptr_t run_base = 0, run_value = 0, next = 0;
+    for (std::size_t top = 0; top < top_entries_; ++top) {
+      const Leaf* leaf = top_[top].load(std::memory_order_acquire);
+      if (leaf == nullptr) continue;
+      for (std::size_t i = 0; i < leaf_entries_; ++i) {
+        const std::uintptr_t at = (std::uintptr_t{top} << kLeafShift) | (std::uintptr_t{i} << shift_);
+        const std::uintptr_t v = leaf->e[i].load(std::memory_order_acquire);
+        if (run_value != 0 && (v != run_value || at != next)) {
+          fn(run_base, static_cast<std::size_t>(next - run_base), run_value);
+          run_value = 0;
+        }
+        if (v != 0 && run_value == 0) run_base = at, run_value = v;
+        next = at + (std::uintptr_t{1} << shift_);
+      }
+    }
+    if (run_value != 0) fn(run_base, static_cast<std::size_t>(next - run_base), run_value);
+  }
 
   std::uintptr_t find(std::uintptr_t addr) const noexcept {
     const std::uintptr_t top = addr >> kLeafShift;

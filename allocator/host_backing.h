@@ -58,6 +58,7 @@ class HostBacking {
 
   const Budget& budget() const noexcept { return budget_; }
   std::uint64_t pinned_pool_bytes() const noexcept { return tier_.pinned_pool_bytes(); }
+  void fill_placement(Stats* s) const noexcept { tier_.fill_placement(s); }
 
  protected:
   HostBacking(DeviceArena& arena, std::uint64_t budget) noexcept : arena_(arena), budget_(budget) {}

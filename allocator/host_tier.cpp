@@ -5,8 +5,11 @@
 #include <new>
 #include <vector>
 
-#include "jemalloc_shim.h"
+#include "allocator/allocator.h"
 #include "driver/driver.h"
+#include "jemalloc_shim.h"
+#include "numa_binding.h"
+#include "pinned_chunk.h"
 
 namespace tierrt::alloc {
 
@@ -20,12 +23,12 @@ class PinnedPool {
     std::size_t size;
   };
 
-  void add_chunk(void* p, std::size_t size) {
+  void add_chunk(const PinnedChunk& c) {
     std::lock_guard<RankedMutex> g(mu_);
-    const auto b = reinterpret_cast<std::uintptr_t>(p);
-    chunks_.emplace(b, size);
-    free_.emplace(b, size);
-    bytes_ += size;
+    const auto b = reinterpret_cast<std::uintptr_t>(c.base);
+    chunks_.emplace(b, c);
+    free_.emplace(b, c.size);
+    bytes_ += c.size;
   }
 
   void* carve(std::size_t size, std::size_t align) {
@@ -74,10 +77,10 @@ class PinnedPool {
     return bytes_;
   }
 
-  std::vector<Chunk> chunks() const {
+  std::vector<PinnedChunk> chunks() const {
     std::lock_guard<RankedMutex> g(mu_);
-    std::vector<Chunk> v;
-    for (auto& [b, s] : chunks_) v.push_back({b, s});
+    std::vector<PinnedChunk> v;
+    for (auto& [b, c] : chunks_) v.push_back(c);
     return v;
   }
 
@@ -90,14 +93,14 @@ class PinnedPool {
     auto it = chunks_.upper_bound(a);
     if (it == chunks_.begin()) return {0, 0};
     --it;
-    if (a >= it->first + it->second) return {0, 0};
-    return {it->first, it->second};
+    if (a >= it->first + it->second.size) return {0, 0};
+    return {it->first, it->second.size};
   }
 
   // Rank 70 (lock_rank.h): jemalloc's extent hooks take it inside
   // alloc.host_tier; nothing is taken inside it.
   mutable RankedMutex mu_{kRankPinnedPool, "alloc.pinned_pool"};
-  std::map<std::uintptr_t, std::size_t> chunks_;
+  std::map<std::uintptr_t, PinnedChunk> chunks_;
   std::map<std::uintptr_t, std::size_t> free_;
   std::uint64_t bytes_ = 0;
 };
@@ -123,7 +126,9 @@ CUresult HostTier::create_host_chunk(std::size_t bytes,
   prop.location.type = loc_type_;
   prop.location.id = loc_type_ == CU_MEM_LOCATION_TYPE_HOST_NUMA ? loc_id_ : 0;
   prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_NONE;
-  return TIERRT_CU(cuMemCreate, out, bytes, &prop, 0ull);
+  const CUresult r = TIERRT_CU(cuMemCreate, out, bytes, &prop, 0ull);
+  if (r == CUDA_SUCCESS) host_chunk_bytes_.fetch_add(bytes, std::memory_order_relaxed);
+  return r;
 }
 
 CUresult HostTier::take_host_chunk(std::size_t bytes,
@@ -133,13 +138,29 @@ CUresult HostTier::take_host_chunk(std::size_t bytes,
 }
 
 void HostTier::give_host_chunk(CUmemGenericAllocationHandle h, std::size_t bytes) noexcept {
-  if (!spares_.give(h, bytes)) (void)TIERRT_CU(cuMemRelease, h);
+  if (!spares_.give(h, bytes)) release_host_chunk(h, bytes);
+}
+
+void HostTier::release_host_chunk(CUmemGenericAllocationHandle h, std::size_t bytes) noexcept {
+  (void)TIERRT_CU(cuMemRelease, h);
+  host_chunk_bytes_.fetch_sub(bytes, std::memory_order_relaxed);
 }
 
 void HostTier::configure_pool(std::size_t chunk_bytes, std::uint64_t pool_limit) noexcept {
   std::lock_guard<RankedMutex> g(mu_);
   chunk_bytes_ = std::max<std::size_t>(chunk_bytes, 2u << 20);
   pool_limit_ = pool_limit;
+}
+
+void HostTier::place_pinned_on(int node, bool can_register) noexcept {
+  std::lock_guard<RankedMutex> g(mu_);
+  pin_node_ = node < 0 ? -1 : node;
+  node_problem_ = nullptr;
+  if (pin_node_ >= 0 && !can_register)
+    node_problem_ = "the device cannot page-lock mapped host memory (HOST_REGISTER_SUPPORTED is 0)";
+  else if (pin_node_ >= 0)
+    node_problem_ = numa::unusable_reason(pin_node_);
+  placing_ = pin_node_ >= 0 && node_problem_ == nullptr;
 }
 
 void* HostTier::alloc_pinned(std::size_t bytes) noexcept {
@@ -155,10 +176,16 @@ void* HostTier::alloc_pinned(std::size_t bytes) noexcept {
     const std::size_t want = std::max<std::size_t>(
         chunk_bytes_, ((bytes + bytes / 8 + (4u << 20)) + (2u << 20) - 1) & ~std::size_t((2u << 20) - 1));
     if (pool_->bytes() + want > pool_limit_) return nullptr;
-    void* chunk = nullptr;
-    if (TIERRT_CU(cuMemHostAlloc, &chunk, want, CU_MEMHOSTALLOC_PORTABLE) != CUDA_SUCCESS)
-      return nullptr;
-    pool_->add_chunk(chunk, want);
+    PinnedChunk chunk;
+    const char* unplaceable = nullptr;
+    if (make_pinned_chunk(want, placing_ ? pin_node_ : -1, &chunk, &unplaceable) != CUDA_SUCCESS) return nullptr;
+    if (unplaceable != nullptr) {  // this chunk is used unplaced, and so are the next
+      placing_ = false;
+      node_problem_ = unplaceable;
+    }
+    pool_->add_chunk(chunk);
+    on_node_bytes_ += chunk.on_node;
+    unplaced_bytes_ += chunk.size - chunk.on_node;
     if (!pool_->arena_ok) {
       pool_->ops = tierrt_je_ops{pool_, ops_alloc, ops_dalloc, ops_same_chunk};
       if (tierrt_je_arena_create(&pool_->ops, &pool_->arena) != 0) return nullptr;
@@ -177,15 +204,36 @@ std::uint64_t HostTier::pinned_pool_bytes() const noexcept {
   return pool_ ? pool_->bytes() : 0;
 }
 
+void HostTier::fill_placement(Stats* s) const noexcept {
+  if (remap_) {
+    const bool on_node = loc_type_ == CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    s->host_placement = on_node ? HostPlacement::OnNode : HostPlacement::DriverChoice;
+    s->host_node = on_node ? loc_id_ : -1;
+    s->host_node_bytes = on_node ? host_chunk_bytes_.load(std::memory_order_relaxed) : 0;
+    s->host_unplaced_bytes = 0;
+    s->host_node_problem = nullptr;
+    return;
+  }
+  std::lock_guard<RankedMutex> g(mu_);
+  // A node given up after some chunks were bound still holds those.
+  if (pin_node_ < 0) s->host_placement = HostPlacement::FirstTouch;
+  else if (placing_ || on_node_bytes_ != 0) s->host_placement = HostPlacement::OnNode;
+  else s->host_placement = HostPlacement::Unplaced;
+  s->host_node = pin_node_;
+  s->host_node_bytes = on_node_bytes_;
+  s->host_unplaced_bytes = unplaced_bytes_;
+  s->host_node_problem = node_problem_;
+}
+
 void HostTier::shutdown() noexcept {
-  for (auto& [bytes, h] : spares_.take_all()) (void)TIERRT_CU(cuMemRelease, h);
+  for (auto& [bytes, h] : spares_.take_all()) release_host_chunk(h, bytes);
   std::lock_guard<RankedMutex> g(mu_);
   if (pool_ == nullptr) return;
   if (pool_->arena_ok) tierrt_je_arena_destroy(pool_->arena);
-  for (const auto& c : pool_->chunks())
-    (void)TIERRT_CU(cuMemFreeHost, reinterpret_cast<void*>(c.base));
+  for (const PinnedChunk& c : pool_->chunks()) free_pinned_chunk(c);
   delete pool_;
   pool_ = nullptr;
+  on_node_bytes_ = unplaced_bytes_ = 0;
 }
 
 }  // namespace tierrt::alloc

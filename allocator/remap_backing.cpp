@@ -109,7 +109,7 @@ void RemapBacking::release_host_chunk(Block* b, CUmemGenericAllocationHandle h, 
   }
   // Still mapped at the shadow: the driver frees it once unmapped, and the
   // block's next spill takes a new shadow.
-  (void)TIERRT_CU(cuMemRelease, h);
+  tier_.release_host_chunk(h, b->mapped);
   b->shadow = 0;
 }
 

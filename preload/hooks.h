@@ -110,6 +110,7 @@ extern "C" CUresult CUDAAPI cuMemcpy3DBatchAsync(size_t count, CUDA_MEMCPY3D_BAT
   X(cuStreamEndCapture, cuStreamEndCapture)                                          \
   X(cuStreamEndCapture_ptsz, cuStreamEndCapture)                                     \
   X(cuCtxSynchronize, cuCtxSynchronize)                                              \
+  X(cuCtxEnablePeerAccess, cuCtxEnablePeerAccess)                                    \
   X(cuStreamSynchronize, cuStreamSynchronize)                                        \
   X(cuStreamSynchronize_ptsz, cuStreamSynchronize)                                   \
   X(cuGetProcAddress, cuGetProcAddress)                                              \
@@ -147,6 +148,10 @@ extern "C" CUresult CUDAAPI cuMemcpy3DBatchAsync(size_t count, CUDA_MEMCPY3D_BAT
   X(cuGraphKernelNodeSetParams, cuGraphKernelNodeSetParams)                          \
   X(cuGraphExecKernelNodeSetParams, cuGraphExecKernelNodeSetParams)            \
   X(cuMemGetAddressRange_v2, cuMemGetAddressRange_v2)                                \
+  X(cuIpcGetMemHandle, cuIpcGetMemHandle)                                            \
+  X(cuIpcOpenMemHandle_v2, cuIpcOpenMemHandle_v2)                                    \
+  X(cuIpcCloseMemHandle, cuIpcCloseMemHandle)                                        \
+  X(cuMemRetainAllocationHandle, cuMemRetainAllocationHandle)                        \
   X(cuMemcpy2D_v2, cuMemcpy2D_v2)                                                    \
   X(cuMemcpy2D_v2_ptds, cuMemcpy2D_v2)                                               \
   X(cuMemcpy2DUnaligned_v2, cuMemcpy2DUnaligned_v2)                                  \

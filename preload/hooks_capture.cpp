@@ -3,6 +3,7 @@
 // tierrt's is recorded into it and nothing it names moves; a global-mode
 // capture holds every move in the process from before it begins.
 #include "hooks.h"
+#include "engine_dispatch.h"
 #include "runtime/engine.h"
 
 using namespace tierrt;
@@ -12,8 +13,7 @@ namespace {
 
 template <class Forward>
 CUresult begin_capture(CUstream s, CUstreamCaptureMode mode, Forward&& forward) noexcept {
-  if (Engine* e = Engine::active()) return e->begin_capture(s, mode, forward);
-  return forward();
+  return through_engines([&](Engine& e, auto& next) { return e.begin_capture(s, mode, next); }, forward);
 }
 
 }  // namespace
@@ -51,8 +51,7 @@ TIERRT_BEGIN_CAPTURE_TO_GRAPH_(cuStreamBeginCaptureToGraph_ptsz, ptsz)
 #define TIERRT_END_CAPTURE_(name, stream_of)                                           \
   CUresult name(CUstream s, CUgraph* graph) {                                          \
     auto forward = [&] { return TIERRT_REAL(name, cuStreamEndCapture)(s, graph); };    \
-    if (Engine* e = Engine::active()) return e->end_capture(stream_of(s), graph, forward); \
-    return forward();                                                                  \
+    return through_engines([&](Engine& e, auto& next) { return e.end_capture(stream_of(s), graph, next); }, forward); \
   }
 TIERRT_END_CAPTURE_(cuStreamEndCapture, TIERRT_SAME_)
 TIERRT_END_CAPTURE_(cuStreamEndCapture_ptsz, ptsz)
@@ -61,7 +60,7 @@ TIERRT_END_CAPTURE_(cuStreamEndCapture_ptsz, ptsz)
 #define TIERRT_EVENT_RECORD_(name, stream_of)                                         \
   CUresult name(CUevent ev, CUstream s) {                                             \
     const CUresult r = TIERRT_REAL(name, cuEventRecord)(ev, s);                       \
-    if (Engine* e = Engine::active(); e && r == CUDA_SUCCESS) e->note_event_record(ev, stream_of(s)); \
+    if (r == CUDA_SUCCESS) each_engine([&](Engine& e) { e.note_event_record(ev, stream_of(s)); }); \
     return r;                                                                         \
   }
 TIERRT_EVENT_RECORD_(cuEventRecord, TIERRT_SAME_)
@@ -70,7 +69,7 @@ TIERRT_EVENT_RECORD_(cuEventRecord_ptsz, ptsz)
 #define TIERRT_EVENT_RECORD_FLAGS_(name, stream_of)                                   \
   CUresult name(CUevent ev, CUstream s, unsigned flags) {                             \
     const CUresult r = TIERRT_REAL(name, cuEventRecordWithFlags)(ev, s, flags);       \
-    if (Engine* e = Engine::active(); e && r == CUDA_SUCCESS) e->note_event_record(ev, stream_of(s)); \
+    if (r == CUDA_SUCCESS) each_engine([&](Engine& e) { e.note_event_record(ev, stream_of(s)); }); \
     return r;                                                                         \
   }
 TIERRT_EVENT_RECORD_FLAGS_(cuEventRecordWithFlags, TIERRT_SAME_)
@@ -79,7 +78,7 @@ TIERRT_EVENT_RECORD_FLAGS_(cuEventRecordWithFlags_ptsz, ptsz)
 #define TIERRT_STREAM_WAIT_(name, stream_of)                                          \
   CUresult name(CUstream s, CUevent ev, unsigned flags) {                             \
     const CUresult r = TIERRT_REAL(name, cuStreamWaitEvent)(s, ev, flags);            \
-    if (Engine* e = Engine::active(); e && r == CUDA_SUCCESS) e->note_stream_wait(stream_of(s), ev); \
+    if (r == CUDA_SUCCESS) each_engine([&](Engine& e) { e.note_stream_wait(stream_of(s), ev); }); \
     return r;                                                                         \
   }
 TIERRT_STREAM_WAIT_(cuStreamWaitEvent, TIERRT_SAME_)
@@ -88,14 +87,14 @@ TIERRT_STREAM_WAIT_(cuStreamWaitEvent_ptsz, ptsz)
 // Synchronisation points: what the policy learns the step's shape from.
 CUresult cuCtxSynchronize() {
   CUresult r = TIERRT_REAL(cuCtxSynchronize, cuCtxSynchronize)();
-  if (Engine* e = Engine::active(); e && r == CUDA_SUCCESS) e->note_sync(nullptr, true);
+  if (Engine* e = engine_here(); e && r == CUDA_SUCCESS) e->note_sync(nullptr, true);
   return r;
 }
 
 #define TIERRT_STREAM_SYNC_(name, stream_of)                              \
   CUresult name(CUstream s) {                                             \
     CUresult r = TIERRT_REAL(name, cuStreamSynchronize)(s);               \
-    if (Engine* e = Engine::active(); e && r == CUDA_SUCCESS) e->note_sync(stream_of(s), false); \
+    if (Engine* e = engine_here(); e && r == CUDA_SUCCESS) e->note_sync(stream_of(s), false); \
     return r;                                                             \
   }
 TIERRT_STREAM_SYNC_(cuStreamSynchronize, TIERRT_SAME_)

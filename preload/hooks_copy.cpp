@@ -1,6 +1,7 @@
 // Copy and memset hooks: each is the engine's access use case (the device
 // ranges it touches and its stream) around the driver's own call.
 #include "hooks.h"
+#include "engine_dispatch.h"
 #include "runtime/engine.h"
 
 using namespace tierrt;
@@ -14,23 +15,19 @@ CUdeviceptr dev(const void* p) { return reinterpret_cast<CUdeviceptr>(p); }
 // points (a pointer table uploaded from the host, or copied on the device).
 template <class Forward>
 CUresult copy(CUdeviceptr dst, CUdeviceptr src, size_t n, CUstream stream, Forward&& forward) noexcept {
-  if (Engine* e = Engine::active()) return e->copy_unified(dst, src, n, stream, forward);
-  return forward();
+  return through_engines([&](Engine& e, auto& next) { return e.copy_unified(dst, src, n, stream, next); }, forward);
 }
 template <class Forward>
 CUresult copy(CUdeviceptr dst, const void* src, size_t n, CUstream stream, Forward&& forward) noexcept {
-  if (Engine* e = Engine::active()) return e->copy_to_device(dst, src, n, stream, forward);
-  return forward();
+  return through_engines([&](Engine& e, auto& next) { return e.copy_to_device(dst, src, n, stream, next); }, forward);
 }
 template <class Forward>
 CUresult copy(void* dst, CUdeviceptr src, size_t n, CUstream stream, Forward&& forward) noexcept {
-  if (Engine* e = Engine::active()) return e->access({{dev(dst), n}, {src, n}}, stream, forward);
-  return forward();
+  return through_engines([&](Engine& e, auto& next) { return e.access({{dev(dst), n}, {src, n}}, stream, next); }, forward);
 }
 template <class Forward>
 CUresult fill(CUdeviceptr dst, size_t n, CUstream stream, Forward&& forward) noexcept {
-  if (Engine* e = Engine::active()) return e->access({{dst, n}}, stream, forward);
-  return forward();
+  return through_engines([&](Engine& e, auto& next) { return e.access({{dst, n}}, stream, next); }, forward);
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 // device ranges it touches (runtime/copy_shapes.h) around the driver's own
 // call.
 #include "hooks.h"
+#include "engine_dispatch.h"
 #include "runtime/engine.h"
 
 using namespace tierrt;
@@ -12,8 +13,7 @@ namespace {
 
 template <class RangeAt, class Forward>
 CUresult touch(std::size_t count, RangeAt&& range_at, CUstream stream, Forward&& forward) noexcept {
-  if (Engine* e = Engine::active()) return e->access_each(count, range_at, stream, forward);
-  return forward();
+  return through_engines([&](Engine& e, auto& next) { return e.access_each(count, range_at, stream, next); }, forward);
 }
 
 // A copy described by one descriptor: its destination and its source.

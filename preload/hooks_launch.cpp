@@ -3,6 +3,7 @@
 // launch stream and records their use). A graph launch replays work whose
 // blocks stay resident; the engine counts it.
 #include "hooks.h"
+#include "engine_dispatch.h"
 #include "runtime/engine.h"
 
 using namespace tierrt;
@@ -12,8 +13,7 @@ namespace {
 
 template <class Forward>
 CUresult launch(CUfunction f, CUstream stream, void** params, void** extra, Forward&& forward) noexcept {
-  if (Engine* e = Engine::active()) return e->launch(f, stream, params, extra, forward);
-  return forward();
+  return launch_through_engines(f, stream, params, extra, forward);
 }
 
 }  // namespace
@@ -53,8 +53,7 @@ TIERRT_LAUNCH_EX_(cuLaunchKernelEx_ptsz, ptsz)
 #define TIERRT_GRAPH_LAUNCH_(name, stream_of)                                   \
   CUresult name(CUgraphExec exec, CUstream s) {                                 \
     auto forward = [&] { return TIERRT_REAL(name, cuGraphLaunch)(exec, s); };   \
-    if (Engine* e = Engine::active()) return e->graph_launch(exec, stream_of(s), forward); \
-    return forward();                                                           \
+    return through_engines([&](Engine& e, auto& next) { return e.graph_launch(exec, stream_of(s), next); }, forward); \
   }
 TIERRT_GRAPH_LAUNCH_(cuGraphLaunch, TIERRT_SAME_)
 TIERRT_GRAPH_LAUNCH_(cuGraphLaunch_ptsz, ptsz)

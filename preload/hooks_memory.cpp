@@ -37,7 +37,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* p, size_t* pitch, size_t width, size_t 
 
 CUresult cuMemFree_v2(CUdeviceptr p) {
   auto forward = [&] { return TIERRT_REAL(cuMemFree_v2, cuMemFree_v2)(p); };
-  if (Engine* e = Engine::active()) return e->free(p, forward);
+  if (Engine* e = Engine::owning(p)) return e->free(p, forward);
   return forward();
 }
 
@@ -66,7 +66,7 @@ TIERRT_ALLOC_POOL_(cuMemAllocFromPoolAsync_ptsz, ptsz)
 #define TIERRT_FREE_ASYNC_(name, stream_of)                                      \
   CUresult name(CUdeviceptr p, CUstream s) {                                     \
     auto forward = [&] { return TIERRT_REAL(name, cuMemFreeAsync)(p, s); };      \
-    if (Engine* e = Engine::active()) return e->free_async(p, stream_of(s), forward); \
+    if (Engine* e = Engine::owning(p)) return e->free_async(p, stream_of(s), forward); \
     return forward();                                                            \
   }
 TIERRT_FREE_ASYNC_(cuMemFreeAsync, TIERRT_SAME_)
@@ -82,19 +82,19 @@ CUresult cuMemGetInfo_v2(size_t* free_bytes, size_t* total_bytes) {
 
 CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attr, CUdeviceptr p) {
   auto forward = [&] { return TIERRT_REAL(cuPointerGetAttribute, cuPointerGetAttribute)(data, attr, p); };
-  if (Engine* e = Engine::active()) return e->pointer_attribute(data, attr, p, forward);
+  if (Engine* e = Engine::owning(p)) return e->pointer_attribute(data, attr, p, forward);
   return forward();
 }
 
 CUresult cuPointerGetAttributes(unsigned count, CUpointer_attribute* attrs, void** data, CUdeviceptr p) {
   auto forward = [&] { return TIERRT_REAL(cuPointerGetAttributes, cuPointerGetAttributes)(count, attrs, data, p); };
-  if (Engine* e = Engine::active()) return e->pointer_attributes(count, attrs, data, p, forward);
+  if (Engine* e = Engine::owning(p)) return e->pointer_attributes(count, attrs, data, p, forward);
   return forward();
 }
 
 CUresult cuMemGetAddressRange_v2(CUdeviceptr* base, size_t* size, CUdeviceptr p) {
   auto forward = [&] { return TIERRT_REAL(cuMemGetAddressRange_v2, cuMemGetAddressRange_v2)(base, size, p); };
-  if (Engine* e = Engine::active()) return e->address_range(base, size, p, forward);
+  if (Engine* e = Engine::owning(p)) return e->address_range(base, size, p, forward);
   return forward();
 }
 

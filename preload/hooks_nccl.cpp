@@ -91,7 +91,9 @@ bool went_out(ncclResult_t r) noexcept { return r == ncclSuccess || r == ncclInP
 template <class Call>
 ncclResult_t buffers(const void* send, std::size_t send_bytes, const void* recv, std::size_t recv_bytes,
                      CUstream stream, Call&& call) noexcept {
-  Engine* e = Engine::active();
+  // A communicator's buffers are on its device: that device's engine.
+  Engine* e = Engine::sole();
+  if (!e && Engine::count() > 1 && !(e = Engine::owning(dev(send)))) e = Engine::owning(dev(recv));
   if (!e) return call();
   const StridedRange ranges[2] = {contiguous(dev(send), send_bytes), contiguous(dev(recv), recv_bytes)};
   ncclResult_t r = ncclSuccess;
@@ -235,14 +237,14 @@ ncclResult_t ncclCommRegister(const ncclComm_t comm, void* buff, size_t size, vo
   if (!real) return ncclSystemError;
   const ncclResult_t r = real(comm, buff, size, handle);
   if (r == ncclSuccess && handle)
-    if (Engine* e = Engine::active()) e->nccl_register(dev(buff), size, *handle);
+    if (Engine* e = Engine::owning(dev(buff))) e->nccl_register(dev(buff), size, *handle);
   return r;
 }
 
 ncclResult_t ncclCommDeregister(const ncclComm_t comm, void* handle) {
   auto real = TIERRT_NCCL_REAL(ncclCommDeregister);
   if (!real) return ncclSystemError;
-  if (Engine* e = Engine::active()) e->nccl_deregister(handle);
+  for (int i = 0, n = Engine::count(); i < n; ++i) Engine::at(i)->nccl_deregister(handle);
   return real(comm, handle);
 }
 

@@ -11,20 +11,21 @@ extern "C" {
 const char* tierrt_version(void) { return TIERRT_VERSION; }
 
 void tierrt_mark_step(void) {
-  if (Engine* e = Engine::active()) e->note_step();
+  for (int i = 0, n = Engine::count(); i < n; ++i) Engine::at(i)->note_step();
 }
 
 void tierrt_mark_phase(tierrt_phase phase) {
-  if (Engine* e = Engine::active()) e->note_phase(static_cast<int>(phase));
+  for (int i = 0, n = Engine::count(); i < n; ++i) Engine::at(i)->note_phase(static_cast<int>(phase));
 }
 
 int tierrt_advise(const void* ptr, tierrt_advice advice) {
-  Engine* e = Engine::active();
+  Engine* e = Engine::owning(reinterpret_cast<CUdeviceptr>(ptr));
   return e && e->advise(reinterpret_cast<CUdeviceptr>(ptr), advice) ? 0 : -1;
 }
 
+// With an engine per device: the current context's device's, else the first.
 int tierrt_get_stats(tierrt_stats* out) {
-  Engine* e = Engine::active();
+  Engine* e = Engine::count() > 1 && Engine::current() ? Engine::current() : Engine::active();
   if (!e || !out) return -1;
   e->public_stats(out);
   return 0;

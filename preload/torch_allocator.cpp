@@ -36,7 +36,7 @@ void tierrt_torch_free(void* ptr, ssize_t size, int device, void* stream) {
   CUstream s = static_cast<CUstream>(stream);
   auto forward = [&] { return TIERRT_REAL(cuMemFreeAsync, cuMemFreeAsync)(p, s); };
   // PyTorch's free returns nothing: a failure here has no one to report to.
-  if (Engine* e = Engine::active()) (void)e->free_async(p, s, forward);
+  if (Engine* e = Engine::owning(p)) (void)e->free_async(p, s, forward);
   else (void)forward();
 }
 
@@ -44,8 +44,8 @@ void tierrt_torch_free(void* ptr, ssize_t size, int device, void* stream) {
 // waits for it before the memory is handed out again. PyTorch's record-stream
 // call returns nothing either.
 void tierrt_torch_record_stream(void* ptr, void* stream) {
-  Engine* e = Engine::active();
-  if (!ptr || !e) return;
+  Engine* e = ptr ? Engine::owning(reinterpret_cast<CUdeviceptr>(ptr)) : nullptr;
+  if (!e) return;
   const AddressRange range{reinterpret_cast<CUdeviceptr>(ptr), 1};
   (void)e->access({range}, static_cast<CUstream>(stream), [] { return CUDA_SUCCESS; });
 }

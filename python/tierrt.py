@@ -31,6 +31,7 @@ STATS_FIELDS = (
     "launches_seen", "steps_marked", "planned_spills", "planned_prefetches", "late_fetches",
     "d2h_bytes_per_s", "h2d_bytes_per_s", "mispredictions", "steps_learned",
     "spills_aborted", "spills_failed", "fetches_failed", "over_budget", "tiering_stopped",
+    "host_placement", "host_numa_node", "host_numa_bytes", "host_unplaced_bytes",
 )
 
 

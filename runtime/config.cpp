@@ -163,4 +163,29 @@ std::string expand_output_path(std::string_view pattern, GetenvFn getenv_fn) {
   return out;
 }
 
+std::string device_output_path(std::string_view pattern, int device, bool mark) {
+  if (pattern.empty() || pattern == "-") return std::string(pattern);
+  std::string out;
+  bool named = false;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    const char next = i + 1 < pattern.size() ? pattern[i + 1] : '\0';
+    if (pattern[i] == '%' && next == 'd') {
+      out += std::to_string(device);
+      named = true;
+      ++i;
+    } else if (pattern[i] == '%' && next == '%') {
+      out += "%%";  // expand_output_path's to unescape
+      ++i;
+    } else {
+      out += pattern[i];
+    }
+  }
+  if (named || !mark) return out;
+  const std::size_t name = out.rfind('/') == std::string::npos ? 0 : out.rfind('/') + 1;
+  std::size_t dot = out.rfind('.');
+  if (dot == std::string::npos || dot <= name) dot = out.size();  // no extension (or a dot file)
+  out.insert(dot, ".dev" + std::to_string(device));
+  return out;
+}
+
 }  // namespace tierrt::config

@@ -15,32 +15,8 @@
 
 namespace tierrt {
 
-std::atomic<Engine*> Engine::g_active{nullptr};
 
 namespace {
-
-RankedMutex g_start_mu{kRankStart, "runtime.start"};
-bool g_settings_read = false;
-bool g_off = false;  // decided for the whole process: off, bad settings, or no driver
-Settings* g_settings = nullptr;
-
-bool read_once() noexcept {
-  if (g_settings_read) return !g_off;
-  g_settings_read = true;
-  auto* s = new Settings;
-  std::string error;
-  if (!read_settings(s, &error)) {
-    // Always said, whatever TIERRT_LOG is: the user asked for something we refuse.
-    std::fprintf(stderr, "%s; tierrt is off for this process\n", error.c_str());
-    g_off = true;
-    delete s;
-    return false;
-  }
-  g_settings = s;
-  log::configure(s->log_level, s->log_file.c_str());
-  if (s->mode == Mode::Off) g_off = true;
-  return !g_off;
-}
 
 alloc::Options allocator_options(const ResolvedSettings& r, alloc::HostShare* node_share) {
   alloc::Options o;
@@ -111,7 +87,7 @@ Engine::~Engine() {
   alloc_.reset();
 }
 
-std::unique_ptr<Engine> Engine::create(const Settings& asked, CUresult* err) noexcept {
+std::unique_ptr<Engine> Engine::create(const Settings& asked, CUresult* err, SharedHost shared_host) noexcept {
   Settings s = asked;
   if (s.mode == Mode::Tier && !ParamLayouts::driver_describes_parameters()) {
     // Without parameter layouts no launch can be told apart from one that
@@ -128,7 +104,9 @@ std::unique_ptr<Engine> Engine::create(const Settings& asked, CUresult* err) noe
   CUmemoryPool pool = nullptr;
   if (TIERRT_CU(cuDeviceGetDefaultMemPool, &pool, dev) != CUDA_SUCCESS) pool = nullptr;
   try {
-    const alloc::Options options = allocator_options(resolve(s, this_machine(total)), process_node_ledger(s));
+    const ResolvedSettings resolved = resolve(s, this_machine(total));
+    alloc::HostShare* share = shared_host ? shared_host(s, resolved.host_budget) : process_node_ledger(s);
+    const alloc::Options options = allocator_options(resolved, share);
     std::unique_ptr<alloc::Allocator> a = alloc::Allocator::create(options, err);
     if (!a) return nullptr;
     const alloc::Stats st = a->stats();
@@ -136,63 +114,12 @@ std::unique_ptr<Engine> Engine::create(const Settings& asked, CUresult* err) noe
                s.mode == Mode::Tier ? "tier" : "observe", alloc::to_string(a->mode()),
                static_cast<unsigned long long>(st.device_budget >> 20),
                static_cast<unsigned long long>(st.host_budget >> 20));
+    say_host_placement(st);
     return std::unique_ptr<Engine>(new Engine(s, std::move(a), ctx, pool));
   } catch (...) {
     *err = CUDA_ERROR_OUT_OF_MEMORY;
     return nullptr;
   }
-}
-
-Engine* Engine::start() noexcept {
-  if (Engine* e = active()) return e;
-  std::lock_guard lock(g_start_mu);
-  if (Engine* e = active()) return e;
-  if (!read_once()) return nullptr;
-  if (!drv::loaded()) {
-    TIERRT_LOG(Error, "libcuda.so.1 could not be loaded; tierrt is off");
-    g_off = true;
-    return nullptr;
-  }
-  CUcontext ctx = nullptr;
-  if (TIERRT_CU(cuCtxGetCurrent, &ctx) != CUDA_SUCCESS || !ctx) return nullptr;  // try again with a context
-  CUresult err = CUDA_SUCCESS;
-  Engine* e = create(*g_settings, &err).release();  // lives until exit
-  if (!e) {
-    TIERRT_LOG(Error, "cannot start (%s); tierrt is off", drv::result_name(err));
-    g_off = true;
-    return nullptr;
-  }
-  pthread_atfork(nullptr, nullptr, &Engine::after_fork_in_child);
-  std::atexit(&Engine::at_exit);
-  g_active.store(e, std::memory_order_release);
-  return e;
-}
-
-Engine* Engine::for_allocation() noexcept {
-  Engine* e = start();
-  return e && e->on_engine_context() ? e : nullptr;
-}
-
-bool Engine::make_device_current(int ordinal) noexcept {
-  CUdevice current = -1;
-  if (TIERRT_CU(cuCtxGetDevice, &current) == CUDA_SUCCESS && current == ordinal) return true;
-  CUdevice dev = 0;
-  CUcontext ctx = nullptr;
-  return TIERRT_CU(cuDeviceGet, &dev, ordinal) == CUDA_SUCCESS &&
-         TIERRT_CU(cuDevicePrimaryCtxRetain, &ctx, dev) == CUDA_SUCCESS && TIERRT_CU(cuCtxSetCurrent, ctx) == CUDA_SUCCESS;
-}
-
-// A forked child has the parent's memory but not its driver threads: tierrt
-// stands aside for the rest of the child's life and its calls go straight to
-// the driver.
-void Engine::after_fork_in_child() noexcept {
-  g_off = true;
-  g_active.store(nullptr, std::memory_order_release);
-}
-
-void Engine::at_exit() noexcept {
-  Engine* e = active();
-  if (e) e->write_outputs();
 }
 
 void Engine::sample(SampleKind kind, std::uint64_t ptr, std::uint64_t bytes) noexcept {
@@ -294,6 +221,17 @@ bool Engine::advise(CUdeviceptr ptr, tierrt_advice advice) noexcept {
     case TIERRT_ADVISE_UNPIN: return alloc_->unpin(b);
   }
   return false;
+}
+
+bool Engine::keep_exported(CUdeviceptr ptr) noexcept {
+  alloc::Block* b = alloc_->lookup(ptr);
+  if (!b || b->st() == alloc::State::Freed) return false;
+  alloc::Block* one[] = {b};
+  if (alloc_->ensure_resident(one, CU_STREAM_LEGACY) != CUDA_SUCCESS) return false;
+  // As a block a captured graph names: resident until the allocation is freed.
+  (void)alloc_->record_use(one, CU_STREAM_LEGACY, /*capturing=*/true);
+  alloc_->release(one);
+  return true;
 }
 
 void Engine::virtual_meminfo(size_t* free_bytes, size_t* total_bytes) noexcept {

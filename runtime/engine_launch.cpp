@@ -172,6 +172,11 @@ CUresult Engine::before_use(BlockList& blocks, CUstream key, CUresult refusal) n
 }
 
 void Engine::after_use(const BlockList& blocks, CUstream key, bool capturing, bool enqueued) noexcept {
+  // Another device's legacy or per-thread stream cannot be named from the
+  // allocator's threads (there it would be their context's own): the work
+  // is waited for here, on the thread whose context it is.
+  if (enqueued && !capturing && count() > 1 && !drv::names_a_stream(key) && !on_engine_context())
+    (void)TIERRT_CU(cuStreamSynchronize, key);
   if (enqueued) alloc_->record_use(blocks.span(), key, capturing);
   alloc_->release(blocks.span());
 }

@@ -13,11 +13,16 @@ namespace tierrt {
 namespace {
 
 // The calling thread's open NCCL group: its depth, and each block a call
-// inside it named with that call's stream (one pin each).
+// inside it named with that call's engine and stream (one pin each).
+struct GroupUse {
+  Engine* engine;
+  CUstream stream;
+  alloc::Block* block;
+};
 struct NcclGroup {
   int depth = 0;
-  std::vector<std::pair<CUstream, alloc::Block*>> uses;
-  std::vector<alloc::Block*> run;  // one stream's blocks, when the group ends
+  std::vector<GroupUse> uses;
+  std::vector<alloc::Block*> run;  // one engine's blocks on one stream, when the group ends
 };
 
 thread_local NcclGroup t_group;
@@ -37,27 +42,30 @@ bool Engine::reserve_group(std::size_t n) noexcept {
 }
 
 void Engine::defer_to_group_end(const BlockList& blocks, CUstream stream) noexcept {
-  for (alloc::Block* b : blocks.span()) t_group.uses.emplace_back(stream, b);  // reserved: does not throw
+  for (alloc::Block* b : blocks.span()) t_group.uses.push_back({this, stream, b});  // reserved: does not throw
 }
 
 void Engine::nccl_group_start() noexcept { ++t_group.depth; }
 
 void Engine::nccl_group_end(bool went_out) noexcept {
   if (t_group.depth == 0 || --t_group.depth > 0) return;
-  if (Engine* e = active()) e->end_group_uses(went_out);
+  // Every engine a call of the group named (each deferred its own blocks).
+  while (!t_group.uses.empty()) t_group.uses.front().engine->end_group_uses(went_out);
 }
 
 void Engine::end_group_uses(bool went_out) noexcept {
   auto& uses = t_group.uses;
-  std::stable_sort(uses.begin(), uses.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (std::size_t i = 0; i < uses.size();) {
+  // This engine's uses first, by stream; the other engines' stay after them.
+  const auto mine = std::stable_partition(uses.begin(), uses.end(), [this](const GroupUse& u) { return u.engine == this; });
+  std::stable_sort(uses.begin(), mine, [](const GroupUse& a, const GroupUse& b) { return a.stream < b.stream; });
+  for (auto i = uses.begin(); i != mine;) {
     t_group.run.clear();
-    const CUstream stream = uses[i].first;
-    for (; i < uses.size() && uses[i].first == stream; ++i) t_group.run.push_back(uses[i].second);
+    const CUstream stream = i->stream;
+    for (; i != mine && i->stream == stream; ++i) t_group.run.push_back(i->block);
     if (went_out) alloc_->record_use(t_group.run, stream, captures_.capturing(stream));
     alloc_->release(t_group.run);
   }
-  uses.clear();
+  uses.erase(uses.begin(), mine);
 }
 
 void Engine::nccl_register(CUdeviceptr ptr, std::size_t bytes, void* handle) noexcept {

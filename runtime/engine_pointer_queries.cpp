@@ -7,6 +7,7 @@
 
 #include "driver/driver.h"
 #include "runtime/engine.h"
+#include "runtime/ipc_shim.h"
 
 namespace tierrt {
 
@@ -47,8 +48,9 @@ Engine::PointerAnswer Engine::tracked_attribute(CUpointer_attribute attr, CUdevi
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: return answer(0u);
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
       return answer(static_cast<unsigned>(CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE));
-    // tierrt's memory is mapped virtual memory, which cuIpcGetMemHandle does not share.
-    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: return answer(0u);
+    // cuIpcGetMemHandle of tierrt's memory exports its chunk as a POSIX fd
+    // (runtime/ipc_shim.h): capable where the device makes such chunks.
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: return answer(ipc::exportable_memory() ? 1u : 0u);
     // A block's mapping is its own whatever backs it; a slab slot's is the
     // slab's, as the driver says of its own small allocations.
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:

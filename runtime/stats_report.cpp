@@ -66,6 +66,46 @@ Report gather(const Engine& e) {
   return r;
 }
 
+// The host tier's NUMA node: a pinned buffer on the far socket is copied
+// across the inter-socket link, slower.
+void write_host_node(FILE* f, const alloc::Stats& s) {
+  switch (s.host_placement) {
+    case alloc::HostPlacement::OnNode:
+      std::fprintf(f, "  host NUMA node          %10d (the GPU's; %.1f MiB of host memory on it", s.host_node,
+                   mib(s.host_node_bytes));
+      if (s.host_unplaced_bytes || s.host_node_problem)
+        std::fprintf(f, "; %.1f MiB elsewhere%s%s", mib(s.host_unplaced_bytes), s.host_node_problem ? ": " : "",
+                     s.host_node_problem ? s.host_node_problem : "");
+      std::fprintf(f, ")\n");
+      return;
+    case alloc::HostPlacement::Unplaced:
+      std::fprintf(f, "  host NUMA node          %10s (the GPU's node %d: %s; %.1f MiB pinned wherever touched)\n",
+                   "unplaced", s.host_node, s.host_node_problem ? s.host_node_problem : "not usable", mib(s.host_unplaced_bytes));
+      return;
+    case alloc::HostPlacement::FirstTouch:
+      std::fprintf(f, "  host NUMA node          %10s (the GPU names no node; %.1f MiB pinned wherever touched)\n",
+                   "first touch", mib(s.host_unplaced_bytes));
+      return;
+    case alloc::HostPlacement::DriverChoice:
+      std::fprintf(f, "  host NUMA node          %10s (remap: the GPU names no node, the driver picks one)\n",
+                   "the driver's");
+      return;
+  }
+}
+
+// The JSON host object's placement members.
+void write_json_host_node(FILE* f, const alloc::Stats& s) {
+  const bool node = s.host_placement == alloc::HostPlacement::OnNode || s.host_placement == alloc::HostPlacement::Unplaced;
+  std::fprintf(f, ", \"placement\": \"%s\", \"numa_node\": ", alloc::to_string(s.host_placement));
+  if (node) std::fprintf(f, "%d", s.host_node);
+  else std::fprintf(f, "null");
+  std::fprintf(f, ", \"bytes_on_node\": %llu, \"bytes_unplaced\": %llu, \"placement_problem\": ",
+               ull(s.host_node_bytes), ull(s.host_unplaced_bytes));
+  // Static phrases of tierrt's own: nothing in them needs escaping.
+  if (s.host_node_problem) std::fprintf(f, "\"%s\"", s.host_node_problem);
+  else std::fprintf(f, "null");
+}
+
 void write_text(FILE* f, const Report& r) {
   const tierrt_stats& t = r.t;
   const alloc::Stats& s = r.s;
@@ -81,6 +121,7 @@ void write_text(FILE* f, const Report& r) {
                  ull(t.over_budget));
   std::fprintf(f, "  host tier               %10.1f MiB now, %.1f MiB at peak\n", mib(t.host_bytes_in_use),
                mib(t.host_peak_bytes));
+  write_host_node(f, s);
   std::fprintf(f, "  spilled                 %10llu blocks, %.1f MiB (%llu more started, then used again in time; "
                "%llu failed)\n", ull(s.spills_done), mib(t.bytes_spilled), ull(t.spills_aborted), ull(t.spills_failed));
   std::fprintf(f, "  fetched back            %10llu blocks, %.1f MiB (%llu on demand; %llu failed); %.1f MiB freed "
@@ -146,8 +187,10 @@ void write_json(FILE* f, const Report& r) {
                "\"bytes_in_use\": %llu, \"over_budget\": %llu},\n", ull(t.device_peak_bytes), ull(t.peak_bytes_untiered),
                ull(t.device_budget), ull(t.device_bytes_in_use), ull(t.over_budget));
   std::fprintf(f, "  \"tiering_stopped\": %s,\n", t.tiering_stopped ? "true" : "false");
-  std::fprintf(f, "  \"host\": {\"peak_bytes\": %llu, \"budget_bytes\": %llu, \"bytes_in_use\": %llu},\n",
+  std::fprintf(f, "  \"host\": {\"peak_bytes\": %llu, \"budget_bytes\": %llu, \"bytes_in_use\": %llu",
                ull(t.host_peak_bytes), ull(t.host_budget), ull(t.host_bytes_in_use));
+  write_json_host_node(f, s);
+  std::fprintf(f, "},\n");
   std::fprintf(f, "  \"moves\": {\"spills\": %llu, \"spills_aborted\": %llu, \"spills_failed\": %llu, "
                "\"bytes_spilled\": %llu, \"fetches\": %llu, \"demand_fetches\": %llu, \"fetches_failed\": %llu, "
                "\"bytes_fetched\": %llu, \"bytes_freed_while_spilled\": %llu, \"bytes_spilled_now\": %llu, "
@@ -191,6 +234,16 @@ void write_json(FILE* f, const Report& r) {
   std::fprintf(f, "\n  ]\n}\n");
 }
 
+std::uint64_t public_placement(alloc::HostPlacement p) {
+  switch (p) {
+    case alloc::HostPlacement::FirstTouch: return TIERRT_HOST_FIRST_TOUCH;
+    case alloc::HostPlacement::OnNode: return TIERRT_HOST_ON_NODE;
+    case alloc::HostPlacement::Unplaced: return TIERRT_HOST_UNPLACED;
+    case alloc::HostPlacement::DriverChoice: return TIERRT_HOST_DRIVER_CHOICE;
+  }
+  return TIERRT_HOST_FIRST_TOUCH;
+}
+
 bool ends_with(const std::string& s, const char* tail) {
   const std::size_t n = std::strlen(tail);
   return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
@@ -220,6 +273,11 @@ void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
   t.fetches_failed = s.fetches_failed;
   t.over_budget = s.over_budget;
   t.tiering_stopped = s.tiering_stopped ? 1 : 0;
+  t.host_placement = public_placement(s.host_placement);
+  const bool named = s.host_placement == alloc::HostPlacement::OnNode || s.host_placement == alloc::HostPlacement::Unplaced;
+  t.host_numa_node = named && s.host_node >= 0 ? static_cast<std::uint64_t>(s.host_node) : UINT64_MAX;
+  t.host_numa_bytes = s.host_node_bytes;
+  t.host_unplaced_bytes = s.host_unplaced_bytes;
   t.bytes_spilled = s.bytes_spilled;
   t.fetches = s.fetches;
   t.demand_fetches = s.demand_fetches;
@@ -238,6 +296,12 @@ void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
   size_t n = out->struct_size && out->struct_size < sizeof t ? out->struct_size : sizeof t;
   std::memcpy(out, &t, n);
   out->struct_size = n;
+}
+
+void say_host_placement(const alloc::Stats& s) noexcept {
+  if (s.host_placement != alloc::HostPlacement::Unplaced) return;
+  TIERRT_LOG(Error, "the GPU's NUMA node %d cannot hold the host tier: %s; pinned memory goes wherever it is touched",
+             s.host_node, s.host_node_problem ? s.host_node_problem : "not usable");
 }
 
 void write_stats_report(const Engine& e) noexcept {

@@ -34,6 +34,14 @@ typedef enum tierrt_advice {
   TIERRT_ADVISE_UNPIN = 3,
 } tierrt_advice;
 
+/* Where the host tier's memory is (tierrt_stats.host_placement). */
+typedef enum tierrt_host_placement {
+  TIERRT_HOST_FIRST_TOUCH = 0,    /* copy mode, the GPU names no NUMA node: wherever the pages were touched */
+  TIERRT_HOST_ON_NODE = 1,        /* on the GPU's NUMA node, host_numa_node */
+  TIERRT_HOST_UNPLACED = 2,       /* copy mode, the GPU's node (host_numa_node) cannot be used here (TIERRT_STATS says why) */
+  TIERRT_HOST_DRIVER_CHOICE = 3,  /* remap mode without a node: the driver picks */
+} tierrt_host_placement;
+
 typedef struct tierrt_stats {
   /* Set by the caller to sizeof(tierrt_stats): the struct only grows. */
   uint64_t struct_size;
@@ -67,6 +75,10 @@ typedef struct tierrt_stats {
   uint64_t fetches_failed;          /* fetches that could not start (not in fetches): the block stayed where its bytes were */
   uint64_t over_budget;             /* device claims that passed device_budget while the device had room */
   uint64_t tiering_stopped;         /* 1 once tierrt stopped tiering after a failure of its own (see the log) */
+  uint64_t host_placement;          /* a tierrt_host_placement */
+  uint64_t host_numa_node;          /* the GPU's NUMA node (ON_NODE, UNPLACED), else UINT64_MAX */
+  uint64_t host_numa_bytes;         /* host-tier bytes on host_numa_node */
+  uint64_t host_unplaced_bytes;     /* copy mode: pinned host-tier bytes on no node or another one */
 } tierrt_stats;
 
 /* "0.1.0" */

@@ -85,5 +85,23 @@ TEST(OutputPath, PidRankAndPercent) {
   EXPECT_EQ("r7-" + pid, expand_output_path("r%r-%p", &fake_getenv));
 }
 
+// Each device's engine writes files of its own: %d is the device; without
+// it, every engine after the first gets ".devN" before the extension.
+TEST(OutputPath, DeviceOfTheEngine) {
+  EXPECT_EQ("stats.1.txt", device_output_path("stats.%d.txt", 1, true));
+  EXPECT_EQ("stats.0.txt", device_output_path("stats.%d.txt", 0, false));
+  EXPECT_EQ("stats.txt", device_output_path("stats.txt", 0, false));
+  EXPECT_EQ("stats.dev3.txt", device_output_path("stats.txt", 3, true));
+  EXPECT_EQ("run.dev2", device_output_path("run", 2, true));
+  EXPECT_EQ("out.d/run.dev2", device_output_path("out.d/run", 2, true));  // a dot in a folder is no extension
+  EXPECT_EQ(".stats.dev1", device_output_path(".stats", 1, true));        // nor is a dot file's
+  EXPECT_EQ("-", device_output_path("-", 1, true));                       // stderr stays stderr
+  EXPECT_EQ("", device_output_path("", 1, true));
+  // %% stays for expand_output_path to unescape: "%%d" is a literal "%d".
+  EXPECT_EQ("a%%d.dev1", device_output_path("a%%d", 1, true));
+  EXPECT_EQ("a%d.dev1", expand_output_path(device_output_path("a%%d", 1, true), &fake_getenv));
+  EXPECT_EQ("s.4.p" + std::to_string(getpid()), expand_output_path(device_output_path("s.%d.p%p", 4, true), &fake_getenv));
+}
+
 }  // namespace
 }  // namespace tierrt::config

@@ -24,6 +24,7 @@
 #include "allocator/host_budget.h"
 #include "runtime/cgroup_memory.h"
 #include "runtime/node_ledger.h"
+#include "runtime/process_host_share.h"
 #include "runtime/settings.h"
 
 namespace tierrt {
@@ -198,6 +199,33 @@ TEST(HostBudgetWithAShare, HoldsBothOrNeither) {
   b.release(4 * kMiB);
   EXPECT_EQ(b.used(), 0u);
   EXPECT_EQ(share.held_, 0u);
+}
+
+// The engines of one process (one per device) share its host budget, and
+// with a node budget the node's share after it: both or neither.
+TEST(ProcessHostShare, EnginesTogetherStayWithinTheProcessBudget) {
+  CountingShare node(100 * kMiB);
+  ProcessHostShare process(6 * kMiB, &node);
+  alloc::HostBudget device0(6 * kMiB), device1(6 * kMiB);  // each engine's own: the process budget
+  device0.set_share(&process);
+  device1.set_share(&process);
+  EXPECT_TRUE(device0.try_reserve(4 * kMiB));
+  EXPECT_FALSE(device1.try_reserve(4 * kMiB));  // within device 1's own, not the process's
+  EXPECT_TRUE(device1.try_reserve(2 * kMiB));
+  EXPECT_EQ(process.used(), 6 * kMiB);
+  EXPECT_EQ(node.held_, 6 * kMiB);
+  device0.release(4 * kMiB);
+  EXPECT_EQ(process.used(), 2 * kMiB);
+  EXPECT_EQ(node.held_, 2 * kMiB);
+  node.room_ = 2 * kMiB;  // the node is full: the process keeps nothing either
+  EXPECT_FALSE(device0.try_reserve(1 * kMiB));
+  EXPECT_EQ(process.used(), 2 * kMiB);
+  EXPECT_EQ(node.held_, 2 * kMiB);
+  ProcessHostShare alone(1 * kMiB, nullptr);  // without a node budget
+  EXPECT_TRUE(alone.try_reserve(1 * kMiB));
+  EXPECT_FALSE(alone.try_reserve(1));
+  alone.release(1 * kMiB);
+  EXPECT_EQ(alone.used(), 0u);
 }
 
 // --- the ledger between processes --------------------------------------------

@@ -14,6 +14,7 @@
 #include <span>
 
 #include "allocator/block.h"
+#include "allocator/host_placement.h"
 #include "allocator/host_share.h"
 #include "allocator/spill_mode.h"
 
@@ -51,6 +52,15 @@ struct Stats {
   std::uint64_t device_used = 0, device_peak = 0, device_budget = 0;
   std::uint64_t host_used = 0, host_peak = 0, host_budget = 0;
   std::uint64_t pinned_pool_bytes = 0;     // copy mode: pinned chunks held
+  // Where the host tier's memory is (host_placement.h). host_node: the
+  // device's NUMA node (OnNode, Unplaced), else -1; host_node_bytes: bytes of
+  // the tier on it (remap: its host chunks, mapped or spare; copy: pinned
+  // pages found there); host_unplaced_bytes: copy mode's pinned bytes
+  // elsewhere; host_node_problem: why the node is not used (static text).
+  HostPlacement host_placement = HostPlacement::FirstTouch;
+  int host_node = -1;
+  std::uint64_t host_node_bytes = 0, host_unplaced_bytes = 0;
+  const char* host_node_problem = nullptr;
   std::uint64_t allocs = 0, cache_hits = 0, driver_allocs = 0;
   // Attempts and completions are counted apart: spills started, of which
   // done (the block became SPILLED), aborted (used or freed first) or failed
@@ -211,6 +221,13 @@ class Allocator {
   // threads call.
   using ContextSync = bool (*)(void* owner);
   void on_context_sync(ContextSync sync, void* owner) noexcept;
+
+  // Device `peer` was given peer access to this allocator's device: every
+  // block and slab, mapped now or later (on the device or, in remap mode,
+  // on the host), is read-write for it too. False when some mapping in
+  // place could not be granted.
+  bool grant_peer(CUdevice peer) noexcept;
+  CUdevice device() const noexcept;
 
   Stats stats() const noexcept;
   SpillMode mode() const noexcept;  // the mode in use: Remap or Copy

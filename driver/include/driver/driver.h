@@ -24,6 +24,7 @@ namespace tierrt::drv {
   X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease)                  \
   X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice)                   \
   X(cuCtxSynchronize) X(cuCtxGetStreamPriorityRange)                        \
+  X(cuCtxPushCurrent) X(cuCtxPopCurrent) X(cuMemGetAddressRange)            \
   X(cuMemGetInfo) X(cuMemAlloc) X(cuMemFree) X(cuMemAllocPitch)             \
   X(cuMemAllocAsync) X(cuMemFreeAsync) X(cuMemAllocFromPoolAsync)           \
   X(cuMemHostAlloc) X(cuMemFreeHost) X(cuMemHostRegister)                   \
@@ -31,6 +32,8 @@ namespace tierrt::drv {
   X(cuMemAddressReserve) X(cuMemAddressFree) X(cuMemCreate)                 \
   X(cuMemRelease) X(cuMemMap) X(cuMemUnmap) X(cuMemSetAccess)               \
   X(cuMemGetAllocationGranularity)                                          \
+  X(cuMemRetainAllocationHandle) X(cuMemExportToShareableHandle)            \
+  X(cuMemImportFromShareableHandle)                                         \
   X(cuMemcpy) X(cuMemcpyAsync) X(cuMemcpyHtoD) X(cuMemcpyDtoH)              \
   X(cuMemcpyHtoDAsync) X(cuMemcpyDtoHAsync) X(cuMemcpyDtoD)                 \
   X(cuMemcpyDtoDAsync) X(cuMemsetD8) X(cuMemsetD8Async) X(cuMemsetD32)      \

@@ -42,6 +42,12 @@ inline CUstream this_thread_stream_key() noexcept {
 inline bool is_foreign_stream_key(CUstream s) noexcept {
   return is_per_thread_stream_key(s) && s != this_thread_stream_key();
 }
+// A stream handle of its own, not the legacy stream or a per-thread
+// default stream (which the driver resolves on the calling thread's
+// current context).
+inline bool names_a_stream(CUstream s) noexcept {
+  return s != nullptr && s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD && !is_per_thread_stream_key(s);
+}
 // What the driver is given for a stream tierrt names by `s`.
 inline CUstream driver_stream(CUstream s) noexcept {
   return is_per_thread_stream_key(s) ? CU_STREAM_PER_THREAD : s;

@@ -56,4 +56,11 @@ using GetenvFn = const char* (*)(const char*);
 // forked children and the ranks of a job each write a file of their own.
 std::string expand_output_path(std::string_view pattern, GetenvFn getenv_fn = nullptr);
 
+// An output name for the engine of device `device`: %d becomes the device
+// ordinal; a name without %d gets ".devN" before its extension when `mark`
+// (every engine after a process's first, so that no two write one file).
+// "-" (stderr) and "" stay as they are. The rest is left for
+// expand_output_path.
+std::string device_output_path(std::string_view pattern, int device, bool mark);
+
 }  // namespace tierrt::config

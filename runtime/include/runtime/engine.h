@@ -52,10 +52,24 @@ struct AddressRange {
 
 class Engine {
  public:
-  // The running engine, or null (off, not started yet, or failed to start).
-  static Engine* active() noexcept { return g_active.load(std::memory_order_acquire); }
-  // Starts the engine for the current context unless tierrt is off; returns
-  // the running engine or null. Safe from any thread; only the first call
+  // The process runs one engine per device it allocates on (an engine binds
+  // to the first context it sees on its device); engines live until exit.
+  static constexpr int kMaxEngines = 64;
+  // The first engine started, or null (off, not started yet, or failed to start).
+  static Engine* active() noexcept { return g_engines[0].load(std::memory_order_acquire); }
+  // How many engines run, and the i-th (i below count()) in the order they started.
+  static int count() noexcept { return g_count.load(std::memory_order_acquire); }
+  static Engine* at(int i) noexcept { return g_engines[i].load(std::memory_order_acquire); }
+  // The engine when exactly one runs (the hot paths' common case).
+  static Engine* sole() noexcept { return count() == 1 ? active() : nullptr; }
+  // The engine whose memory holds `p` (live or not), or null.
+  static Engine* owning(CUdeviceptr p) noexcept;
+  // The engine of the calling thread's current context, or null (none
+  // started on it). One driver call.
+  static Engine* current() noexcept;
+  // Starts the engine for the current context's device unless tierrt is
+  // off or one runs there; returns that device's engine or null (no
+  // context: the first engine). Safe from any thread; only the first call
   // reads the environment.
   static Engine* start() noexcept;
   // The engine an allocation on the calling thread goes to: started on first
@@ -64,12 +78,24 @@ class Engine {
   // Makes a context of device `ordinal` current unless the current one is on
   // it already (PyTorch's allocator calls name the device, not a context).
   static bool make_device_current(int ordinal) noexcept;
+  // The current context was given access to `peer`'s memory
+  // (cuCtxEnablePeerAccess succeeded): the engine of `peer`'s device, now
+  // or once it starts, maps its memory for the current context's device too.
+  static void peer_access_enabled(CUcontext peer) noexcept;
   // An engine of its own for `s` on the current context, not the process's
   // running one (which start() makes): null when the allocator could not start.
-  static std::unique_ptr<Engine> create(const Settings& s, CUresult* err) noexcept;
+  // `shared_host`, when given, names the host share the engine's spills
+  // hold their bytes in (the process's engines share one host budget);
+  // else the node ledger's, if any.
+  using SharedHost = alloc::HostShare* (*)(const Settings& s, std::uint64_t host_budget);
+  static std::unique_ptr<Engine> create(const Settings& s, CUresult* err, SharedHost shared_host = nullptr) noexcept;
   ~Engine();
 
   const Settings& settings() const noexcept { return settings_; }
+  CUcontext context() const noexcept { return ctx_; }
+  int device_ordinal() const noexcept { return device_ordinal_; }
+  // Another device may reach this engine's memory (peer access granted).
+  bool reachable_by_peers() const noexcept { return peers_granted_.load(std::memory_order_acquire); }
 
   // Allocation: like cuMemAllocAsync on `stream`.
   CUresult allocate(CUdeviceptr* out, std::size_t bytes, CUstream stream) noexcept;
@@ -107,6 +133,18 @@ class Engine {
     const CUresult r = use(blocks, key, capturing, forward, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
     if (r == CUDA_SUCCESS) note_launch(blocks, key, capturing);
     return r;
+  }
+  // A launch on another device's stream (the current context is not the
+  // engine's) whose kernel reaches this engine's memory through peer
+  // access: the blocks it names are resident and their use recorded on
+  // that stream, as for a launch of its own; it is not counted, and the
+  // planner does not see it (it belongs to the other device's step).
+  template <class Forward>
+  CUresult peer_launch(CUfunction f, CUstream stream, void** params, void** extra, Forward&& forward) noexcept {
+    BlockList blocks;
+    if (!collect_launch(f, params, extra, blocks) || !add_pointed_to(blocks)) name_every_block(blocks);
+    return use(blocks, StreamIds::key(stream), captures_.capturing(stream), forward,
+               CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
   }
   // A copy or memset on `stream` touching `ranges`: like a launch, uncounted.
   template <class Forward>
@@ -228,6 +266,12 @@ class Engine {
   // advice could not be followed. UNPIN releases only a pin PIN took (the
   // allocator counts them apart from the pins of launches being enqueued).
   bool advise(CUdeviceptr ptr, tierrt_advice advice) noexcept;
+  // Memory another process or API may now reach by its physical handle (an
+  // IPC handle, an exported or retained allocation handle): the block is
+  // made resident and never moves again while this allocation lives; an
+  // unpin does not release it. False when `ptr` is not in a live tracked
+  // block (a small allocation's slab never moves).
+  bool keep_exported(CUdeviceptr ptr) noexcept;
 
   // cuPointerGetAttribute(s) and cuMemGetAddressRange: for memory tierrt
   // handed out, the answers the driver gives for an untiered allocation of
@@ -535,7 +579,10 @@ class Engine {
   // attribute to a graph it knows.
   void pin_for_good(const BlockList& blocks, CUstream stream) noexcept;
 
-  static std::atomic<Engine*> g_active;
+  static std::atomic<Engine*> g_engines[kMaxEngines];
+  static std::atomic<int> g_count;
+  void grant_peer(int device) noexcept;
+  std::atomic<bool> peers_granted_{false};
 
   Settings settings_;
   std::unique_ptr<alloc::Allocator> alloc_;

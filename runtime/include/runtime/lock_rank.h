@@ -14,6 +14,7 @@ enum RuntimeLockRank : unsigned {
   kRankPointerTables = 100,
   kRankRunMonitor = 110,
   kRankGraphs = 120,
+  kRankIpc = 125,          // runtime.ipc: exported and opened allocations; the allocation records inside it
   kRankAllocations = 130,
   kRankNccl = 140,
   kRankPolicyWake = 150,
