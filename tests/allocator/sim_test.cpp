@@ -3,6 +3,7 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <cstdio>
 #include <algorithm>
 #include <chrono>
 #include <thread>
@@ -74,10 +75,20 @@ TEST_P(Modes, InvariantDeviceMemoryReleasedOnlyAfterCopyAndUses) {
   const auto before = simdev_device_bytes_in_use();
   CU_OK(fill(*a, b, s, 42, /*slow=*/true));  // the stream is busy 50 ms
   ASSERT_EQ(a->spill(b), SpillResult::Started);
-  std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  EXPECT_EQ(b->st(), State::Spilling);
-  EXPECT_EQ(simdev_device_bytes_in_use(), before);  // still held: a use is in flight
-  EXPECT_EQ(a->stats().spare_device_bytes, 0u);
+  // What is seen while the fill still runs (the stream says so after the
+  // look): the spill waits for it, its device memory still held. A loaded
+  // machine may let the fill end before the first look; then the look
+  // proves nothing and is not counted.
+  const State seen = b->st();
+  const auto held = simdev_device_bytes_in_use();
+  const auto spares = a->stats().spare_device_bytes;
+  if (cuStreamQuery(s) == CUDA_ERROR_NOT_READY) {
+    EXPECT_EQ(seen, State::Spilling);
+    EXPECT_EQ(held, before);  // still held: a use is in flight
+    EXPECT_EQ(spares, 0u);
+  } else {
+    std::printf("the fill ended before the spill could be looked at: nothing checked in flight\n");
+  }
   a->drain();
   EXPECT_EQ(b->st(), State::Spilled);
   // Now it is released, to the driver or (unmapped) to the spares kept for
