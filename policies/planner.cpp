@@ -1,9 +1,11 @@
 #include "policies/planner.hpp"
 
 #include <algorithm>
+#include <array>
 
 #include "policies/excess_tracker.hpp"
 #include "policies/idle_gap.hpp"
+#include "policies/link_schedule.hpp"
 
 namespace tierrt::policy {
 namespace {
@@ -12,8 +14,11 @@ struct Candidate {
   std::uint32_t block = 0;
   IdleGap gap;
   double bytes = 0;
-  bool hides = false;  // the idle gap is longer than the round trip
+  bool hides = false;        // the idle gap is longer than the round trip
+  bool covers_peak = false;  // off at the launch most over budget, where its bytes count most
   bool chosen = false;
+  bool refused = false;  // the link could not carry its spill before the block was needed back
+  std::uint32_t out_by = 0;  // the first launch issued after its spill ended, in the plan tried last
 };
 
 // Records where the plan ran short of memory, and still lets the model go on with
@@ -31,7 +36,7 @@ class PressureLog : public VictimChooser {
 };
 
 TriggerTable make_triggers(const StepTimeline& tl, const std::vector<Candidate>& cands, const std::vector<double>& start,
-                           const LinkModel& link, const PrefetchLeads& leads) {
+                           const LinkModel& link, const PrefetchLeads& leads, std::uint64_t budget, MemoryFloor floor) {
   std::vector<const Candidate*> chosen;
   for (const auto& c : cands)
     if (c.chosen) chosen.push_back(&c);
@@ -39,112 +44,199 @@ TriggerTable make_triggers(const StepTimeline& tl, const std::vector<Candidate>&
   t.reserve(chosen.size() * 2);
   for (const Candidate* c : chosen)
     t.push_back({c->gap.last_before, Action::Spill, tl.blocks[c->block].ordinal, c->gap.last_before});
-  // One H2D queue serves prefetches in order of next use: walk back from the last
-  // deadline so each copy starts as late as it can and still leaves room for the next.
+  // The H2D engine serves prefetches in order of next use.
   std::sort(chosen.begin(), chosen.end(), [](const Candidate* a, const Candidate* b) {
     return a->gap.first_after != b->gap.first_after ? a->gap.first_after < b->gap.first_after
                                                     : a->gap.last_before > b->gap.last_before;
   });
-  std::vector<std::uint32_t> trigger_op(chosen.size());
-  double next_start = std::numeric_limits<double>::infinity();
-  for (std::size_t k = chosen.size(); k-- > 0;) {
-    const Candidate& c = *chosen[k];
-    const double deadline = start[c.gap.first_after] - leads.at(tl.blocks[c.block].ordinal);
-    const double begin = std::min(deadline, next_start) - link.h2d_ns(c.bytes);
-    next_start = begin;
-    // The last launch issued no later than `begin`, but never before the spill's launch.
-    auto it = std::upper_bound(start.begin(), start.end() - 1, begin);
-    std::uint32_t op = it == start.begin() ? 0 : static_cast<std::uint32_t>(it - start.begin() - 1);
-    trigger_op[k] = std::clamp(op, c.gap.last_before + 1, c.gap.first_after);
-  }
-  for (std::size_t k = 0; k < chosen.size(); ++k)
-    t.push_back({trigger_op[k], Action::Prefetch, tl.blocks[chosen[k]->block].ordinal, 0});
+  std::vector<SpilledBlock> spilled;
+  spilled.reserve(chosen.size());
+  for (const Candidate* c : chosen) spilled.push_back({c->block, c->bytes, c->gap, c->out_by});
+  const auto at = place_prefetches(tl, spilled, start, link, leads, budget, floor);
+  for (std::size_t k = 0; k < spilled.size(); ++k)
+    t.push_back({at[k], Action::Prefetch, tl.blocks[spilled[k].block].ordinal, 0});
   return TriggerTable(std::move(t), static_cast<std::uint32_t>(tl.ops.size()));
 }
 
+// Budget held first; then the least stall, which is what the lower bound measures;
+// then the least traffic.
 bool better(const SimResult& a, const SimResult& b) {
   if ((a.over_budget_bytes == 0) != (b.over_budget_bytes == 0)) return a.over_budget_bytes == 0;
   if (a.step_ns != b.step_ns) return a.step_ns < b.step_ns;
   return a.bytes_d2h < b.bytes_d2h;
 }
 
-}  // namespace
+// Within budget without a stall: nothing can do better (the other floors move the same blocks).
+bool optimal(const SimResult& r) { return r.over_budget_bytes == 0 && r.stall_ns <= 0; }
 
-void PrefetchLeads::add(std::uint32_t ordinal, double more) {
-  if (ordinal >= ns.size()) ns.resize(ordinal + 1, 0);
-  ns[ordinal] += more;
-}
+// One plan tried in the step model, with its copies placed on the timeline it got.
+struct Trial {
+  StepPlan plan;
+  SimResult modeled;
+  LinkSchedule copies;
+  std::vector<std::pair<std::uint32_t, double>> pressure;  // (launch, bytes short)
+};
+
+constexpr std::array kFloors{MemoryFloor::None, MemoryFloor::WhereCoverable, MemoryFloor::Strict};
+// Rounds without a better plan after which corrections stop.
+constexpr std::uint32_t kPatience = 3;
+// Rounds in which every memory floor is tried.
+constexpr std::uint32_t kAllFloorRounds = 2;
+// Rounds beyond max_rounds that only drop spills, when no plan tried so far fits the link.
+constexpr std::uint32_t kFittingRounds = 8;
+
+}  // namespace
 
 PlanResult plan_step(const StepTimeline& tl, std::uint64_t budget, LinkModel link, const PrefetchLeads& leads,
                      const PlannerOptions& options) {
   if (tl.measured_d2h_bps > 0) link.d2h_bytes_per_s = tl.measured_d2h_bps;
   if (tl.measured_h2d_bps > 0) link.h2d_bytes_per_s = tl.measured_h2d_bps;
   const auto start = ideal_start_times(tl);
+  const auto profile = tl.resident_profile();
+  const auto peak = static_cast<std::uint32_t>(std::max_element(profile.begin(), profile.end()) - profile.begin());
 
   std::vector<Candidate> cands;
+  std::vector<std::uint32_t> candidate_of(tl.blocks.size(), kNever);
   for (std::uint32_t b = 0; b < tl.blocks.size(); ++b) {
     const BlockRecord& r = tl.blocks[b];
     if (r.cls != LifetimeClass::Activation || r.predates_step()) continue;
     auto gap = longest_gap(tl, b, start);
     if (!gap || gap->first_after <= gap->last_before + 1) continue;  // no launch runs while it would be away
     const double bytes = static_cast<double>(r.bytes);
-    cands.push_back({b, *gap, bytes, gap->ns >= link.d2h_ns(bytes) + link.h2d_ns(bytes), false});
+    const bool hides = gap->ns >= link.d2h_ns(bytes) + link.h2d_ns(bytes);
+    const bool covers_peak = gap->last_before < peak && peak < gap->first_after;
+    cands.push_back({b, *gap, bytes, hides, covers_peak, false, false, 0});
   }
-  // Earliest-written first: they leave first and come back last, so their time off
-  // the device covers the peak, and the D2H queue starts working as early as it can.
+  // Most bytes saved at the peak per byte moved first: every block off over the
+  // peak saves its whole size there for one round trip, any other saves nothing
+  // there. Among those, earliest written first: they leave first and come back
+  // last, and the D2H engine starts working as early as it can.
   std::sort(cands.begin(), cands.end(), [](const Candidate& a, const Candidate& b) {
+    if (a.covers_peak != b.covers_peak) return a.covers_peak;
     return a.gap.last_before != b.gap.last_before ? a.gap.last_before < b.gap.last_before : a.bytes > b.bytes;
   });
+  for (std::uint32_t k = 0; k < cands.size(); ++k) candidate_of[cands[k].block] = k;
 
-  ExcessTracker tracker = ExcessTracker::over_budget(tl.resident_profile(), budget);
-
-  auto choose_more = [&]() {
+  ExcessTracker tracker = ExcessTracker::over_budget(profile, budget);
+  auto choose_more = [&](auto&& link_carries) {
     for (int pass = 0; pass < 2; ++pass) {  // blocks whose round trip hides first
       for (Candidate& c : cands) {
         if (!options.spill_all && tracker.max_overall() <= 0) return;
-        if (c.chosen || (pass == 0 && !c.hides && !options.spill_all)) continue;
+        if (c.chosen || c.refused || (pass == 0 && !c.hides && !options.spill_all)) continue;
         const std::uint32_t off_begin = c.gap.last_before + 1, off_end = c.gap.first_after;
         if (!options.spill_all && tracker.max_over(off_begin, off_end) <= 0) continue;
+        if (!link_carries(c)) continue;
         c.chosen = true;
         tracker.relieve(off_begin, off_end, c.bytes);
       }
     }
   };
-  choose_more();
+  choose_more([](const Candidate&) { return true; });
 
   PrefetchLeads local = leads;
   PlanResult best;
   bool have_best = false;
   const SimOptions sim{budget, link, false, {}};
-  for (std::uint32_t round = 1; round <= std::max(1u, options.max_rounds); ++round) {
-    StepPlan plan{tl.tokens, make_triggers(tl, cands, start, link, local), tl.token_ordinals};
-    PressureLog log;
-    SimResult r = simulate_step(tl, std::span(&plan, 1), log, sim);
-    const bool improved = !have_best || better(r, best.modeled);
-    if (improved) {
-      best.plan = std::move(plan);
-      best.modeled = r;
-      best.rounds = round;
-      have_best = true;
+  const std::uint32_t rounds = std::max(1u, options.max_rounds);
+  MemoryFloor corrected_floor = kFloors.front();
+  std::vector<Trigger> last_triggers;
+  for (std::uint32_t round = 1; round <= rounds + kFittingRounds; ++round) {
+    const bool only_drop = round > rounds;
+    if (only_drop && have_best) break;
+    // Each memory floor for the prefetches, checked in the step model, in the first
+    // rounds (the first corrections change every floor's plan); afterwards the
+    // corrections are for the floor that did best, until they change nothing.
+    Trial tried;
+    bool have_tried = false, repeated = false;
+    for (MemoryFloor floor : kFloors) {
+      if (round > kAllFloorRounds && floor != corrected_floor) continue;
+      Trial t{{tl.tokens, make_triggers(tl, cands, start, link, local, budget, floor), tl.token_ordinals}, {}, {}, {}};
+      if (round > kAllFloorRounds && t.plan.triggers.all() == last_triggers) {
+        repeated = true;
+        break;
+      }
+      PressureLog log;
+      t.modeled = simulate_step(tl, std::span(&t.plan, 1), log, sim);
+      t.pressure = std::move(log.events);
+      t.copies = schedule_copies(tl, t.plan.triggers, t.modeled.launch_start_ns, link);
+      // Only plans whose every copy fits its window on the timeline they got.
+      if (t.copies.fits() && (!have_best || better(t.modeled, best.modeled))) {
+        best.plan = t.plan;
+        best.modeled = t.modeled;
+        best.rounds = round;
+        best.spilled.clear();
+        for (const Candidate& c : cands)
+          if (c.chosen) best.spilled.push_back(c.block);
+        have_best = true;
+      }
+      if (!have_tried || better(t.modeled, tried.modeled)) {
+        tried = std::move(t);
+        have_tried = true;
+        corrected_floor = floor;
+      }
+      if (have_best && optimal(best.modeled)) return best;
+    }
+    // Corrections that stopped paying: the plan no longer changes, or no longer improves.
+    if (repeated || (have_best && best.rounds + kPatience <= round)) break;
+    last_triggers = tried.plan.triggers.all();
+
+    // Where the link had carried each spill, on the timeline the plan got: its
+    // prefetch goes no earlier next time.
+    for (const ScheduledCopy& copy : tried.copies.d2h) {
+      const std::uint32_t k = copy.ordinal < tl.by_ordinal.size() ? candidate_of[tl.by_ordinal[copy.ordinal]] : kNever;
+      if (k != kNever) cands[k].out_by = first_issued_at_or_after(tl, tried.modeled.launch_start_ns, copy.end_ns);
     }
     bool changed = false;
-    // Where memory ran short, more must be off: raise the requirement there and choose again.
-    for (auto [op, bytes] : log.events) {
+    // A spill still under way when its block is needed back took the link's time
+    // for nothing: drop it, for good.
+    auto misfits = tried.copies.late_spills();
+    if (only_drop)  // a plan that must fit at last: a block whose prefetch missed its use goes too
+      for (std::uint32_t ordinal : tried.copies.late_fetches()) misfits.push_back(ordinal);
+    for (std::uint32_t ordinal : misfits) {
+      const std::uint32_t k = ordinal < tl.by_ordinal.size() ? candidate_of[tl.by_ordinal[ordinal]] : kNever;
+      if (k == kNever || !cands[k].chosen) continue;
+      Candidate& c = cands[k];
+      if (!only_drop && c.out_by < c.gap.first_after) continue;  // a later prefetch gives the spill the time it needs
+      c.chosen = false;
+      c.refused = true;
+      tracker.relieve(c.gap.last_before + 1, c.gap.first_after, -c.bytes);
+      changed = true;
+    }
+    if (only_drop) continue;
+    // Where memory ran short, more must be off: raise the requirement there and
+    // choose again, only blocks whose spill the link carries, behind the spills
+    // already queued, before the block is needed off.
+    for (auto [op, bytes] : tried.pressure) {
       if (op >= tl.ops.size()) continue;
       tracker.relieve(op, op + 1, -bytes);
       changed = true;
     }
-    if (changed) choose_more();
+    if (changed) {
+      const auto& t = tried.modeled.launch_start_ns;
+      choose_more([&](const Candidate& c) {
+        const double ready = t[c.gap.last_before] + static_cast<double>(tl.ops[c.gap.last_before].duration_ns);
+        const std::uint32_t needed_off_by = c.covers_peak ? peak : c.gap.first_after - 1;
+        return tried.copies.spill_end_if_queued(ready, c.bytes, link) <= t[needed_off_by];
+      });
+    }
     // A prefetch that arrived late starts earlier by as much as it was late.
     for (std::uint32_t b = 0; b < tl.blocks.size(); ++b)
-      if (r.late_ns[b] > 0 && !tl.blocks[b].predates_step()) {
-        local.add(tl.blocks[b].ordinal, r.late_ns[b]);
+      if (tried.modeled.late_ns[b] > 0 && !tl.blocks[b].predates_step()) {
+        local.add(tl.blocks[b].ordinal, tried.modeled.late_ns[b]);
         changed = true;
       }
-    if (!changed) break;
+    if (!changed) {
+      if (have_best) break;
+      round = std::max(round, rounds);  // nothing left to correct: only dropping can make a plan fit
+    }
   }
-  for (const Candidate& c : cands)
-    if (c.chosen) best.spilled.push_back(c.block);
+  if (!have_best) {
+    // Nothing the link carries: plan no move and leave the budget to the reactive path.
+    best = PlanResult{};
+    best.plan = StepPlan{tl.tokens, TriggerTable({}, static_cast<std::uint32_t>(tl.ops.size())), tl.token_ordinals};
+    PressureLog log;
+    best.modeled = simulate_step(tl, std::span(&best.plan, 1), log, sim);
+  }
   return best;
 }
 

@@ -47,6 +47,7 @@ class Model {
     choose_plan(plans);
     r_.late_ns.assign(tl.blocks.size(), 0);
     r_.demanded.assign(tl.blocks.size(), 0);
+    r_.launch_start_ns.assign(tl.ops.size() + 1, 0);
     for (std::uint32_t b = 0; b < tl.blocks.size(); ++b) {
       const BlockRecord& rec = tl.blocks[b];
       const std::uint32_t end = rec.free_op == kNever ? static_cast<std::uint32_t>(tl.ops.size()) : rec.free_op;
@@ -107,6 +108,7 @@ class Model {
       now_ = next;
     }
     r_.step_ns = now_;
+    r_.launch_start_ns.back() = now_;
     r_.compute_ns = static_cast<double>(tl_.compute_ns());
     r_.stall_ns = std::max(0.0, r_.step_ns - r_.compute_ns);
     return std::move(r_);
@@ -368,6 +370,7 @@ class Model {
     for (std::uint32_t b : allocs_at_[op]) blocks_[b].state = State::Resident, blocks_[b].last_use = now_;
     dev_ += need;
     note_device();
+    r_.launch_start_ns[op] = now_;
     audit(SimAudit::Kind::OpStart, op);
     for (std::uint32_t b : tl_.blocks_of(op)) {
       BlockState& s = blocks_[b];

@@ -84,6 +84,9 @@ struct SimResult {
   std::vector<std::pair<double, std::uint64_t>> residency;  // (time ns, device bytes), when recorded
   std::vector<double> late_ns;         // per block: time the compute stream waited for it
   std::vector<std::uint8_t> demanded;  // per block: 1 if it was fetched on demand
+  // When each launch started, then when the step ended: the timeline whose windows
+  // between launches the copies of a plan must fit (link_schedule.hpp).
+  std::vector<double> launch_start_ns;
 
   // Fraction of fetches that were complete when the launch needed them; -1 when nothing was fetched.
   double prefetch_hit_rate() const;
