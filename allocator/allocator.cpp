@@ -32,6 +32,8 @@ Allocator::Parts::~Parts() {
     uses.unref(b->ready.exchange(nullptr));
     destroy_block(b);
   });
+  // Members were destroyed with the blocks; their groups' ranges go now.
+  groups.for_each_live([&](Group* g) { arena.free_address(g->va, g->mapped); });
   for (CUdeviceptr p : raw) (void)TIERRT_CU(cuMemFree, p);
 }
 
@@ -56,6 +58,7 @@ CUresult Allocator::allocate(CUdeviceptr* out, std::size_t bytes, CUstream strea
   p_->allocs.fetch_add(1, std::memory_order_relaxed);
   if (flags.pass_through) return p_->allocate_raw(out, bytes);
   if (bytes < p_->opt.min_bytes && SlabPools::fits(bytes)) return p_->slabs.allocate(out, bytes, stream);
+  if (p_->grouping() && bytes >= p_->opt.group_bytes) return p_->allocate_group(out, bytes);
   return p_->allocate_block(out, bytes, stream, bytes >= p_->opt.min_bytes);
 }
 
@@ -174,36 +177,45 @@ CUresult Allocator::free(CUdeviceptr ptr, CUstream stream) noexcept {
   const std::uintptr_t e = p_->arena.table().find(ptr);
   if (e == 0) return p_->free_raw(ptr);
   if (SlabPools::is_slab(e)) return p_->slabs.free(SlabPools::slab_of(e), ptr, stream);
-  return p_->free_block(reinterpret_cast<Block*>(e), ptr, stream);
+  Block* b = reinterpret_cast<Block*>(e);
+  if (Group* g = b->group) return p_->free_group(g, ptr);
+  return p_->free_block(b, ptr, stream);
+}
+
+CUresult Allocator::Parts::settle_for_free(Block* b, BlockStates::Lock& l, State* out) noexcept {
+  State st = blocks.settle(b, l);
+  for (;;) {
+    if (st == State::Fetching) {
+      // The fetch's copy becomes a use: a reuse waits for it.
+      UseEvent* r = b->ready.exchange(nullptr);
+      blocks.set_state(b, State::Resident, l);
+      if (r != nullptr && !uses.try_adopt(b, mover->fetch_stream(), r)) {
+        l.unlock();
+        const CUresult w = UseTracker::wait_host(UseSlot{mover->fetch_stream(), r});
+        uses.unref(r);
+        if (w != CUDA_SUCCESS) return w;  // the copy may still write: the block stays
+        l.lock();
+      }
+    } else if (st == State::Spilled && b->ops_pending != 0) {
+      // The mover sets SPILLED, then ends the move: the block is
+      // destroyed only after it let go, else the move's end lands on a
+      // recycled block (found by scripts/soak).
+      blocks.wait_moves_of(b, l);
+    } else {
+      break;
+    }
+    st = blocks.settle(b, l);
+  }
+  *out = st;
+  return CUDA_SUCCESS;
 }
 
 CUresult Allocator::Parts::free_block(Block* b, CUdeviceptr p, CUstream s) noexcept {
   {
     auto l = blocks.lock();
     if (b->va != p) return CUDA_ERROR_INVALID_VALUE;
-    State st = blocks.settle(b, l);
-    for (;;) {
-      if (st == State::Fetching) {
-        // The fetch's copy becomes a use: a reuse waits for it.
-        UseEvent* r = b->ready.exchange(nullptr);
-        blocks.set_state(b, State::Resident, l);
-        if (r != nullptr && !uses.try_adopt(b, mover->fetch_stream(), r)) {
-          l.unlock();
-          const CUresult w = UseTracker::wait_host(UseSlot{mover->fetch_stream(), r});
-          uses.unref(r);
-          if (w != CUDA_SUCCESS) return w;  // the copy may still write: the block stays
-          l.lock();
-        }
-      } else if (st == State::Spilled && b->ops_pending != 0) {
-        // The mover sets SPILLED, then ends the move: the block is
-        // destroyed only after it let go, else the move's end lands on a
-        // recycled block (found by scripts/soak).
-        blocks.wait_moves_of(b, l);
-      } else {
-        break;
-      }
-      st = blocks.settle(b, l);
-    }
+    State st = State::Freed;
+    if (const CUresult r = settle_for_free(b, l, &st)) return r;
     if (st == State::Freed) return CUDA_ERROR_INVALID_VALUE;
     if (st == State::Resident) {
       blocks.cache(b, s, l);
@@ -219,6 +231,7 @@ CUresult Allocator::Parts::free_block(Block* b, CUdeviceptr p, CUstream s) noexc
 }
 
 void Allocator::Parts::destroy_block(Block* b) noexcept {
+  if (b->group != nullptr) return destroy_member(b);
   assert(b->ops_pending == 0);
   assert(b->nuses == 0);
   assert(b->ready.load() == nullptr);
@@ -313,6 +326,7 @@ SpillMode Allocator::mode() const noexcept { return p_->backing->mode(); }
 std::size_t Allocator::granularity() const noexcept { return p_->arena.granularity(); }
 bool Allocator::grant_peer(CUdevice peer) noexcept { return p_->arena.add_peer(peer); }
 CUdevice Allocator::device() const noexcept { return p_->arena.device(); }
+bool Allocator::groups_large_allocations() const noexcept { return p_->grouping(); }
 
 Stats Allocator::stats() const noexcept {
   Stats s;
@@ -336,6 +350,11 @@ Stats Allocator::stats() const noexcept {
   s.driver_allocs = p_->blocks_made.load(std::memory_order_relaxed) + p_->slabs.slabs_made();
   s.trimmed_bytes = p_->trimmed.load(std::memory_order_relaxed);
   s.tiering_stopped = p_->mover->tiering_stopped() != nullptr;
+  {
+    auto l = p_->blocks.lock();
+    s.groups = p_->live_groups;
+    s.untouched_bytes = p_->untouched_bytes;
+  }
   return s;
 }
 

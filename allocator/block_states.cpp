@@ -31,6 +31,9 @@ void BlockStates::recycle(Block* b) noexcept {
   b->remapping = b->captured = b->va_on_host = false;
   b->user_pins = 0;
   b->lifetime = 0;
+  b->group = nullptr;
+  b->member = 0;
+  b->untouched = false;
   pool_.push_back(*b);
 }
 
@@ -77,6 +80,14 @@ State BlockStates::settle(Block* b, Lock& l, std::span<Block* const> pinned) noe
       continue;
     }
     return st;
+  }
+}
+
+void BlockStates::wait_remapped(const Block* b, Lock& l, std::span<Block* const> pinned) noexcept {
+  std::optional<PinHolder> waiting;
+  while (b->remapping) {
+    if (!waiting) waiting.emplace(pinned, l, *this);
+    changed_.wait(l);
   }
 }
 

@@ -52,6 +52,9 @@ class BlockStates {
   // `pinned`: blocks the caller holds pinned while it waits (see PinHolder).
   State settle(Block* b, Lock& l, std::span<Block* const> pinned = {}) noexcept;
   void set_lifetime(Block* b, std::uint8_t lifetime) noexcept;
+  // Waits until no thread changes the block's mapping (Block::remapping),
+  // whatever its state (an untouched member being mapped is FREED).
+  void wait_remapped(const Block* b, Lock& l, std::span<Block* const> pinned) noexcept;
 
   // ---- the cache of freed blocks ----
   // A cached block of `mapped` bytes (or a bit more) made RESIDENT again.

@@ -18,6 +18,7 @@
 #include "driver/driver.h"
 #include "block_states.h"
 #include "device_arena.h"
+#include "group_pool.h"
 #include "host_backing.h"
 #include "mover.h"
 #include "slab_pools.h"
@@ -39,8 +40,21 @@ struct Allocator::Parts final : Reclaimer {
   CUresult reuse_idle(std::size_t mapped, std::size_t bytes, bool spillable, Block** out) noexcept;
   CUresult create_block(std::size_t mapped, std::size_t bytes, bool spillable, Block** out) noexcept;
   CUresult free_block(Block* b, CUdeviceptr p, CUstream s) noexcept;
+  // Waits out a fetch (its copy becomes a use) and a move's end, so that what
+  // is left is RESIDENT, SPILLED or FREED (*st); an error: the block stays.
+  CUresult settle_for_free(Block* b, BlockStates::Lock& l, State* st) noexcept;
   // Releases everything the block holds; it must be out of every list.
   void destroy_block(Block* b) noexcept;
+
+  // granule_groups.cpp: large allocations tiered per member.
+  bool grouping() const noexcept;
+  CUresult allocate_group(CUdeviceptr* out, std::size_t bytes) noexcept;
+  CUresult free_group(Group* g, CUdeviceptr p) noexcept;
+  // An untouched member's first use: a device chunk mapped at its VA, the
+  // member RESIDENT (or another thread did it meanwhile). Without the lock.
+  CUresult touch_member(Block* b, std::span<Block* const> pinned) noexcept;
+  // A member's chunk and table entries go; the group's VA range stays.
+  void destroy_member(Block* b) noexcept;
 
   // residency.cpp: the slow path of ensure_resident, for one block;
   // `pinned`: the launch's blocks pinned already.
@@ -65,6 +79,8 @@ struct Allocator::Parts final : Reclaimer {
   BlockStates blocks;
   SlabPools slabs{arena, uses};
   std::unique_ptr<Mover> mover;
+  GroupPool groups;  // guarded by alloc.blocks
+  std::uint64_t live_groups = 0, untouched_bytes = 0;  // guarded by alloc.blocks
 
   // Rank 10 (lock_rank.h): nothing is taken inside it.
   RankedMutex raw_mu{kRankPassThrough, "alloc.pass_through"};

@@ -82,6 +82,13 @@ CUresult Allocator::Parts::make_resident(Block* b, CUstream s, std::span<Block* 
 CUresult Allocator::Parts::pin_when_usable(Block* b, std::span<Block* const> pinned, UseEvent** ready) noexcept {
   auto l = blocks.lock();
   for (;;) {
+    if (b->untouched) {  // a granule group's member, used for the first time
+      l.unlock();
+      const CUresult r = touch_member(b, pinned);
+      l.lock();
+      if (r != CUDA_SUCCESS) return r;
+      continue;
+    }
     const State st = blocks.settle(b, l, pinned);
     if (st == State::Freed) return CUDA_ERROR_INVALID_VALUE;
     if (st == State::Resident || st == State::Fetching) {

@@ -25,6 +25,8 @@ alloc::Options allocator_options(const ResolvedSettings& r, alloc::HostShare* no
   o.host_budget = r.host_budget;
   o.min_bytes = r.min_bytes;
   o.mode = r.spill_mode;
+  o.group_bytes = r.granule_bytes;
+  o.group_unit = r.granule_unit;
   return o;
 }
 
@@ -115,6 +117,10 @@ std::unique_ptr<Engine> Engine::create(const Settings& asked, CUresult* err, Sha
                static_cast<unsigned long long>(st.device_budget >> 20),
                static_cast<unsigned long long>(st.host_budget >> 20));
     say_host_placement(st);
+    if (resolved.granule_bytes != 0 && !a->groups_large_allocations())
+      TIERRT_LOG(Warn, "granule tiering (TIERRT_GRANULE_BYTES) needs remap mode, and spilling is in %s mode here: "
+                       "large allocations are tiered whole",
+                 alloc::to_string(a->mode()));
     return std::unique_ptr<Engine>(new Engine(s, std::move(a), ctx, pool));
   } catch (...) {
     *err = CUDA_ERROR_OUT_OF_MEMORY;
@@ -177,9 +183,12 @@ CUresult Engine::allocate(CUdeviceptr* out, size_t bytes, CUstream app_stream) n
   }
   if (!flags.pass_through) records_.add(*out, bytes);
   if (alloc::Block* b = alloc_->lookup(*out)) {
-    add_live(static_cast<std::int64_t>(b->size));
-    if (listening()) emit(policy::Event::alloc(b->va, b->size, streams_.id(stream)));
-    sample(SampleKind::Alloc, b->va, b->size);
+    add_live(static_cast<std::int64_t>(bytes));
+    // A granule group's members are blocks to the planner and the recording.
+    if (listening()) for_each_member(b, [&](alloc::Block* m) {
+      emit(policy::Event::alloc(m->va, m->size, streams_.id(stream)));
+    });
+    sample(SampleKind::Alloc, b->va, bytes);
   }
   return r;
 }
@@ -193,16 +202,24 @@ bool Engine::free_tracked(CUdeviceptr ptr, CUstream app_stream, CUresult* result
     return false;
   }
   alloc::Block* b = alloc_->lookup(ptr);
-  const size_t size = b && b->va == ptr ? b->size : 0;
-  const bool spilled = size && b->st() == alloc::State::Spilled;
-  // Before the free: once freed, the block may be handed out again.
+  const alloc::Group* g = b && b->va == ptr ? b->group : nullptr;
+  const size_t size = !b || b->va != ptr ? 0 : g ? g->bytes : b->size;
+  // Before the free: once freed, the blocks may be handed out again.
+  std::uint64_t spilled = 0;
+  const CUdeviceptr first = g ? g->va : ptr;
+  const std::size_t unit = g ? g->unit : 0;
+  const std::uint32_t members = g ? g->count : 1;
+  if (size) for_each_member(b, [&](alloc::Block* m) {
+    if (m->st() == alloc::State::Spilled) spilled += m->size;
+  });
   pointers_.forget(b ? unit_of(b) : ptr);
   records_.remove(ptr);
   *result = alloc_->free(ptr, stream);
   if (*result == CUDA_SUCCESS && size) {
     add_live(-static_cast<std::int64_t>(size));
-    if (spilled) freed_spilled_bytes_.fetch_add(size, std::memory_order_relaxed);
-    if (listening()) emit(policy::Event::free(ptr, streams_.id(stream)));
+    if (spilled) freed_spilled_bytes_.fetch_add(spilled, std::memory_order_relaxed);
+    if (listening())
+      for (std::uint32_t i = 0; i < members; ++i) emit(policy::Event::free(first + i * unit, streams_.id(stream)));
     sample(SampleKind::Free, ptr, size);
   }
   return true;

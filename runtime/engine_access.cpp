@@ -23,8 +23,9 @@ CUdeviceptr Engine::collect_span(CUdeviceptr ptr, std::size_t bytes, BlockList& 
   while (at < end) {
     CUdeviceptr next;
     if (alloc::Block* b = alloc_->lookup(at)) {
-      // Freed memory is named by no correct program's copy.
-      if (b->st() != alloc::State::Freed) out.add(b);
+      // Freed memory is named by no correct program's copy; a granule
+      // group's member never used yet is mapped by this first use.
+      if (usable(b)) out.add(b);
       next = b->va + b->mapped;
     } else if (alloc::Block* slab = alloc_->use_target(at)) {
       // Small-allocation slots: their slab's use record takes the use.
@@ -43,9 +44,12 @@ CUdeviceptr Engine::collect_span(CUdeviceptr ptr, std::size_t bytes, BlockList& 
 bool Engine::collect_range(AddressRange range, BlockList& out) noexcept {
   if (!range.ptr || !range.bytes) return true;
   collect_span(range.ptr, range.bytes, out);
-  // A small-allocation slot is no block, but may hold a pointer table.
-  bool known = collect_word(range.ptr, out);
-  if (range.bytes > 1) known &= collect_word(range.ptr + range.bytes - 1, out);
+  // A small-allocation slot is no block, but may hold a pointer table. A
+  // block is named already (a granule group's members exactly as the range
+  // overlaps them: no extent, no boundary learned).
+  auto slot_at = [&](CUdeviceptr p) { return alloc_->lookup(p) != nullptr || collect_word(p, out); };
+  bool known = slot_at(range.ptr);
+  if (range.bytes > 1) known &= slot_at(range.ptr + range.bytes - 1);
   return known;
 }
 

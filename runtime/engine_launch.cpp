@@ -13,6 +13,10 @@ namespace tierrt {
 bool Engine::collect_word(CUdeviceptr word, BlockList& out) noexcept {
   if (!word) return true;
   if (alloc::Block* b = alloc_->lookup(word)) {
+    if (b->group) {
+      collect_extent(b, word, out);
+      return true;
+    }
     // A word into freed memory is never dereferenced by a correct program:
     // it names nothing (the GPU does not care either).
     if (b->st() != alloc::State::Freed) out.add(b);
@@ -28,6 +32,23 @@ bool Engine::collect_word(CUdeviceptr word, BlockList& out) noexcept {
   if (pointers_.empty()) return true;
   auto lock = pointers_.lock();
   return pointers_.targets_of(word, [&](PointerTables::Unit target) { add_live(target, out); }, lock);
+}
+
+void Engine::collect_extent(alloc::Block* b, CUdeviceptr word, BlockList& out) noexcept {
+  // A word is where a buffer starts: the buffer reaches at most to where the
+  // next one a launch named starts. Where that is wrong the kernel reaches a
+  // member nobody named, which remap mode keeps correct: a spilled member's
+  // VA is on its host copy (read over the link).
+  alloc::Group* g = b->group;
+  const std::uint32_t i = b->member;
+  if (!usable(b) || i >= g->count) return;  // freed since: names nothing
+  g->learn(i, word == b->va);
+  const std::size_t unit = g->unit;
+  const std::uint64_t cap = settings_.granule_extent == 0 ? 0 : (settings_.granule_extent + unit - 1) / unit;
+  const std::uint32_t end = g->extent_end(i, cap > UINT32_MAX ? 0 : static_cast<std::uint32_t>(cap));
+  out.add(b);
+  for (std::uint32_t j = i + 1; j < end; ++j)
+    if (alloc::Block* m = alloc_->lookup(b->va + (j - i) * unit); m && m->group == g && usable(m)) out.add(m);
 }
 
 bool Engine::collect_launch(CUfunction f, void** params, void** extra, BlockList& out) noexcept {

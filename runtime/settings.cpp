@@ -149,6 +149,25 @@ bool read_settings(Settings* out, std::string* error, config::GetenvFn getenv_fn
     if (!b) return false;
     s.pointer_scan_bytes = b->bytes;
   }
+  if (const char* v = value_of(getenv_fn, "TIERRT_GRANULE_BYTES")) {
+    auto b = config::parse_byte_size("TIERRT_GRANULE_BYTES", v, false, error);
+    if (!b) return false;
+    s.granule_bytes = b->bytes;
+  }
+  if (const char* v = value_of(getenv_fn, "TIERRT_GRANULE_UNIT")) {
+    auto b = config::parse_byte_size("TIERRT_GRANULE_UNIT", v, false, error);
+    if (!b) return false;
+    if (b->bytes == 0) {
+      if (error != nullptr) *error = config::refusal("TIERRT_GRANULE_UNIT", v, "a size above zero");
+      return false;
+    }
+    s.granule_unit = b->bytes;
+  }
+  if (const char* v = value_of(getenv_fn, "TIERRT_GRANULE_EXTENT")) {
+    auto b = config::parse_byte_size("TIERRT_GRANULE_EXTENT", v, false, error);
+    if (!b) return false;
+    s.granule_extent = b->bytes;
+  }
   if (const char* v = value_of(getenv_fn, "TIERRT_SPILL_MODE")) {
     auto k = config::parse_choice("TIERRT_SPILL_MODE", v, {"auto", "remap", "copy"}, error);
     if (!k) return false;
@@ -216,6 +235,8 @@ ResolvedSettings resolve(const Settings& s, const MachineFacts& machine) noexcep
   r.host_budget = s.host_budget ? s.host_budget->resolve(machine.physical_ram) : default_host_budget(machine);
   r.min_bytes = s.min_bytes;
   r.spill_mode = s.spill_mode;
+  r.granule_bytes = s.granule_bytes;
+  r.granule_unit = s.granule_unit;
   if (s.mode == Mode::Observe) r.host_budget = 1;
   return r;
 }

@@ -27,6 +27,13 @@ struct Options {
   SpillMode mode = SpillMode::Auto;    // Remap falls back to Copy where host VMM is unsupported
   std::uint64_t pinned_chunk = 64u << 20;  // copy mode: pinned pool growth step
   HostShare* host_share = nullptr;  // host memory shared with other processes, held beside host_budget
+  // Granule groups (block.h): in remap mode an allocation of at least
+  // group_bytes (0: none) is tiered per member of group_unit bytes (rounded
+  // up to the granularity). Copy mode tiers every allocation whole: a kernel
+  // reaching past the members a launch was found to name would find nothing
+  // mapped there, where remap mode reads it over the link.
+  std::uint64_t group_bytes = 0;
+  std::uint64_t group_unit = 4u << 20;
 };
 
 struct AllocFlags {
@@ -74,6 +81,9 @@ struct Stats {
   std::uint64_t over_budget = 0;  // device claims that passed the budget (the device had room)
   std::uint64_t bytes_spilled = 0, bytes_fetched = 0;
   std::uint64_t rescues = 0, trimmed_bytes = 0;
+  // Granule groups: live groups, and their members' bytes never used (no
+  // device or host memory behind them; counted in no state above).
+  std::uint64_t groups = 0, untouched_bytes = 0;
   bool tiering_stopped = false;  // Allocator::stop_tiering: no spill starts
 };
 
@@ -228,6 +238,9 @@ class Allocator {
   // place could not be granted.
   bool grant_peer(CUdevice peer) noexcept;
   CUdevice device() const noexcept;
+  // Whether allocations of group_bytes or more become granule groups (set,
+  // and the mode is Remap).
+  bool groups_large_allocations() const noexcept;
 
   Stats stats() const noexcept;
   SpillMode mode() const noexcept;  // the mode in use: Remap or Copy

@@ -75,6 +75,47 @@ struct HostCopy {
   std::uint64_t bytes = 0;
 };
 
+// A large allocation tiered per granule group (Options::group_bytes, remap
+// mode): one VA range holding `count` member blocks of `unit` bytes each
+// (the last takes the rest), each with its own chunk, state and uses. A
+// member is created untouched (no memory behind its VA) and gets a chunk at
+// its first use. The launch path learns where launches name addresses
+// inside the group (one pair of bits per member, set lock-free) and makes
+// resident the members from a named address up to the next such boundary.
+// Type-stable: a Group is never deleted (a freed one is reused), so that a
+// launch reading a stale member's group reads a group.
+struct Group {
+  CUdeviceptr va = 0;
+  std::size_t bytes = 0;   // asked for
+  std::size_t mapped = 0;  // reserved: bytes rounded to the granularity
+  std::size_t unit = 0;
+  std::uint32_t count = 0;
+  // Two bits per member: 2i, a launch named member i's first byte; 2i + 1,
+  // a launch named an address inside it past its first byte.
+  std::atomic<std::uint64_t>* boundaries = nullptr;
+
+  // A launch named an address in member i (`at_start`: its first byte).
+  void learn(std::uint32_t i, bool at_start) noexcept {
+    const std::uint64_t bit = std::uint64_t{1} << ((2 * i + (at_start ? 0 : 1)) & 63);
+    std::atomic<std::uint64_t>& word = boundaries[(2 * i) / 64];
+    // Read first: once learned, a launch writes nothing (no shared line bounced).
+    if ((word.load(std::memory_order_relaxed) & bit) == 0) word.fetch_or(bit, std::memory_order_relaxed);
+  }
+  // One past the last member a launch naming member i reaches: up to the
+  // next member whose first byte a launch named (excluded) or inside which
+  // one named an address (included: the buffer before it may end there), at
+  // most `cap` members in all.
+  std::uint32_t extent_end(std::uint32_t i, std::uint32_t cap) const noexcept {
+    const std::uint32_t last = cap == 0 || count - i < cap ? count : i + cap;
+    for (std::uint32_t j = i + 1; j < last; ++j) {
+      const std::uint64_t w = boundaries[(2 * j) / 64].load(std::memory_order_relaxed) >> ((2 * j) & 63);
+      if (w & 1) return j;
+      if (w & 2) return j + 1;
+    }
+    return last;
+  }
+};
+
 struct Block {
   // Identity (fixed while the block is live).
   CUdeviceptr va = 0;
@@ -107,6 +148,12 @@ struct Block {
   std::uint32_t gen = 0;    // bumped when a spill starts or is aborted
   std::uint32_t ops_pending = 0;  // mover operations not yet finalised
   std::uint8_t lifetime = 0;      // lifetime class set by the runtime (0: unknown)
+  // A member of a granule group (null: a block of its own), its index, and
+  // whether it was never used: FREED with its VA reserved and nothing
+  // mapped there until its first use maps a chunk (Allocator::ensure_resident).
+  Group* group = nullptr;
+  std::uint32_t member = 0;
+  std::atomic<bool> untouched{false};  // written under alloc.blocks, read by launches
   bool counted_freed = false;     // counted in the FREED statistics (cached)
 
   // Uses not yet known complete, one slot per stream (guarded by alloc.uses).

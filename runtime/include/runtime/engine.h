@@ -455,6 +455,23 @@ class Engine {
   // The live block a word points into, or what the pointer table of the
   // small-allocation slot it points to names; false: every block.
   bool collect_word(CUdeviceptr word, BlockList& out) noexcept;
+  // A launch's word points into member `b` of a granule group: the members
+  // from there to the next boundary launches named in the group (at most
+  // TIERRT_GRANULE_EXTENT bytes), and the boundary is learned.
+  void collect_extent(alloc::Block* b, CUdeviceptr word, BlockList& out) noexcept;
+  // Whether work naming `b` uses it: not freed, or a group's member never
+  // used yet (its first use maps it).
+  static bool usable(const alloc::Block* b) noexcept {
+    return b->st() != alloc::State::Freed || b->untouched.load(std::memory_order_relaxed);
+  }
+  // f(member) for each member of b's granule group, or f(b) for a block of its own.
+  template <class F>
+  void for_each_member(alloc::Block* b, F&& f) noexcept {
+    const alloc::Group* g = b->group;
+    if (!g) return f(b);
+    for (std::uint32_t i = 0; i < g->count; ++i)
+      if (alloc::Block* m = alloc_->lookup(g->va + i * g->unit); m && m->group == g) f(m);
+  }
   // Blocks a copy or memset names: every block the range overlaps, and what
   // the pointer table of a small-allocation slot at either end names.
   bool collect_range(AddressRange range, BlockList& out) noexcept;

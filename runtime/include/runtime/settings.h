@@ -45,6 +45,12 @@ struct Settings {
   // Which ledger: ranks with one key share one; "" takes the job's id and
   // the node budget (node_ledger_name).
   std::string node_key;                                  // TIERRT_NODE_KEY: [A-Za-z0-9._-], at most 64
+  // Granule groups (remap mode): an allocation of at least granule_bytes is
+  // tiered per granule_unit; a launch naming an address inside one makes
+  // resident at most granule_extent bytes from there (0: no cap).
+  std::uint64_t granule_bytes = 0;                       // TIERRT_GRANULE_BYTES (bytes; 0: off)
+  std::uint64_t granule_unit = 4ull << 20;               // TIERRT_GRANULE_UNIT (bytes, above zero)
+  std::uint64_t granule_extent = 32ull << 20;            // TIERRT_GRANULE_EXTENT (bytes; 0: no cap)
 };
 
 // The names of every variable Settings reads, for documentation and checks.
@@ -56,6 +62,7 @@ inline constexpr const char* kSettingVariables[] = {
     "TIERRT_POINTER_SCAN_BYTES",
     "TIERRT_PLOT",
     "TIERRT_NODE_HOST_BUDGET", "TIERRT_NODE_KEY",
+    "TIERRT_GRANULE_BYTES", "TIERRT_GRANULE_UNIT", "TIERRT_GRANULE_EXTENT",
 };
 
 // Reads the environment through getenv_fn (std::getenv when null). Returns
@@ -80,6 +87,8 @@ struct ResolvedSettings {
   std::uint64_t host_budget = 0;    // bytes
   std::uint64_t min_bytes = 0;      // bytes
   alloc::SpillMode spill_mode = alloc::SpillMode::Auto;
+  std::uint64_t granule_bytes = 0;  // 0: no granule groups
+  std::uint64_t granule_unit = 0;   // bytes
 };
 
 // Budgets from percentages and defaults: the device budget defaults to the

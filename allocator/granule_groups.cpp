@@ -1,0 +1,183 @@
+// Granule groups: a large allocation tiered per member (block.h, Group).
+// One VA range is reserved for the allocation; each member is a Block over
+// its part of it, created untouched (nothing mapped, FREED, counted in no
+// state) and given a device chunk at its first use. From then on a member
+// is an ordinary block to the mover, the use tracker, the rescue and the
+// planner. A group is freed whole (it is one application allocation) and
+// never cached: its members' chunks go to the spares, its range to the driver.
+#include <algorithm>
+#include <cassert>
+
+#include "parts.h"
+#include "driver/driver.h"
+
+namespace tierrt::alloc {
+
+bool Allocator::Parts::grouping() const noexcept {
+  return opt.group_bytes != 0 && backing->mode() == SpillMode::Remap;
+}
+
+CUresult Allocator::Parts::allocate_group(CUdeviceptr* out, std::size_t bytes) noexcept {
+  const std::size_t mapped = arena.round_up(bytes);
+  const std::size_t unit = std::max(arena.round_up(opt.group_unit), arena.granularity());
+  const std::uint64_t count = (mapped + unit - 1) / unit;
+  if (count > UINT32_MAX / 2) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUdeviceptr va = 0;
+  CUresult r = arena.reserve_address(mapped, &va);
+  if (r != CUDA_SUCCESS) return r;
+  Group* g = nullptr;
+  {
+    auto l = blocks.lock();
+    g = groups.take(static_cast<std::uint32_t>(count), bytes, l);
+  }
+  if (g == nullptr) {
+    arena.free_address(va, mapped);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  g->va = va;
+  g->bytes = bytes;
+  g->mapped = mapped;
+  g->unit = unit;
+  Block** members = groups.members(g);
+  std::uint32_t made = 0;
+  for (; made < count; ++made) {
+    Block* b = blocks.new_block();
+    const std::size_t off = std::size_t{made} * unit;
+    {
+      auto l = blocks.lock();
+      b->va = va + off;
+      b->mapped = std::min(unit, mapped - off);
+      b->size = std::min(unit, bytes - off);  // off < bytes: the last member starts below the end
+      b->spillable = true;
+      b->group = g;
+      b->member = made;
+      b->untouched = true;
+      untouched_bytes += b->size;
+    }
+    members[made] = b;
+    if (!arena.table().insert(b->va, b->mapped, reinterpret_cast<std::uintptr_t>(b))) {
+      ++made;  // its entries (none) are erased with the rest
+      r = CUDA_ERROR_NOT_SUPPORTED;
+      break;
+    }
+  }
+  if (r != CUDA_SUCCESS) {
+    for (std::uint32_t i = 0; i < made; ++i) destroy_member(members[i]);
+    arena.free_address(va, mapped);
+    auto l = blocks.lock();
+    groups.give(g, l);
+    return r;
+  }
+  {
+    auto l = blocks.lock();
+    ++live_groups;
+  }
+  blocks_made.fetch_add(1, std::memory_order_relaxed);
+  *out = va;
+  return CUDA_SUCCESS;
+}
+
+CUresult Allocator::Parts::touch_member(Block* b, std::span<Block* const> pinned) noexcept {
+  {
+    auto l = blocks.lock();
+    if (!b->untouched) return CUDA_SUCCESS;  // another thread did it, or the group is being freed
+    if (b->remapping) {                      // another thread is mapping it
+      blocks.wait_remapped(b, l, pinned);
+      return CUDA_SUCCESS;
+    }
+    b->remapping = true;
+  }
+  CUresult r;
+  CUmemGenericAllocationHandle h = 0;
+  {
+    // Until the member is RESIDENT a rescue elsewhere waits for it, as for
+    // a new block.
+    const BlockStates::Claim arriving(blocks);
+    r = arena.obtain_chunk(b->mapped, &h, Claimant{true, pinned, true, true});
+    bool stuck = false;
+    if (r == CUDA_SUCCESS && (r = arena.map(b->va, b->mapped, h, nullptr, &stuck)) != CUDA_SUCCESS) {
+      if (!stuck) arena.give_chunk(h, b->mapped);  // a chunk still mapped stays there
+      h = 0;
+    }
+    auto l = blocks.lock();
+    b->remapping = false;
+    if (r == CUDA_SUCCESS) {
+      b->dev = h;
+      b->untouched = false;
+      untouched_bytes -= b->size;
+      blocks.set_state(b, State::Resident, l);
+    }
+  }
+  uses.touch(b);
+  blocks.remap_done();
+  return r;
+}
+
+CUresult Allocator::Parts::free_group(Group* g, CUdeviceptr p) noexcept {
+  Block** members = groups.members(g);
+  std::uint32_t count = 0;
+  {
+    auto l = blocks.lock();
+    if (g->va != p || g->count == 0) return CUDA_ERROR_INVALID_VALUE;  // an interior pointer, a double free
+    count = g->count;
+    // Every member FREED, none left moving or being mapped: no launch can
+    // make one resident again (a FREED member is named by none).
+    for (std::uint32_t i = 0; i < count; ++i) {
+      Block* b = members[i];
+      for (;;) {
+        if (b->remapping) {
+          blocks.wait_remapped(b, l, {});
+          continue;
+        }
+        if (b->untouched) {
+          b->untouched = false;
+          untouched_bytes -= b->size;
+          break;
+        }
+        State st = State::Freed;
+        if (const CUresult r = settle_for_free(b, l, &st)) return r;  // members before it stay FREED until teardown
+        if (b->ops_pending != 0) {  // an aborted spill's copy still reads it
+          blocks.wait_moves_of(b, l);
+          continue;
+        }
+        if (st != State::Freed) blocks.set_state(b, State::Freed, l);
+        break;
+      }
+    }
+    g->count = 0;  // a second free is refused
+    --live_groups;
+  }
+  // Work that used a member (on the device, or over the link) ends before its
+  // memory goes: the free waits for it, as a free of a spilled block does.
+  // A member whose uses cannot be waited for stays, FREED, until teardown,
+  // and with it the group's range.
+  bool all = true;
+  for (std::uint32_t i = 0; i < count; ++i) {
+    Block* b = members[i];
+    if (uses.forget(b, /*synchronize=*/true) != CUDA_SUCCESS) {
+      all = false;
+      continue;
+    }
+    destroy_member(b);
+    members[i] = nullptr;
+  }
+  if (!all) return CUDA_SUCCESS;
+  arena.free_address(g->va, g->mapped);
+  auto l = blocks.lock();
+  groups.give(g, l);
+  return CUDA_SUCCESS;
+}
+
+void Allocator::Parts::destroy_member(Block* b) noexcept {
+  assert(b->ops_pending == 0);
+  assert(b->nuses == 0);
+  assert(b->ready.load() == nullptr);
+  backing->destroy(b);
+  arena.table().erase(b->va, b->mapped);
+  // A chunk the VA could not be taken off stays mapped there, never reused.
+  if (b->dev != 0 && DeviceArena::unmap(b->va, b->mapped) == CUDA_SUCCESS) arena.give_chunk(b->dev, b->mapped);
+  b->dev = 0;
+  blocks.recycle(b);
+}
+
+}  // namespace tierrt::alloc

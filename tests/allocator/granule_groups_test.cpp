@@ -1,0 +1,215 @@
+// Granule groups on simdev: a large allocation in remap mode is one VA range
+// of member blocks, each mapped at its first use, spilled and fetched on its
+// own, and freed with the allocation. The boundary bits the launch path
+// learns (Group::learn, extent_end) are checked without a device.
+#include <vector>
+
+#include "driver/driver.h"
+#include "tests/allocator/sim_support.h"
+
+namespace tierrt::alloc::testing {
+namespace {
+
+constexpr std::size_t MiB = 1u << 20;
+
+std::unique_ptr<Allocator> make(SpillMode m, std::uint64_t group_bytes = 64 * MiB, std::uint64_t unit = 4 * MiB) {
+  Env::get().bind();
+  Options o;
+  o.mode = m;
+  o.group_bytes = group_bytes;
+  o.group_unit = unit;
+  CUresult r = CUDA_SUCCESS;
+  auto a = Allocator::create(o, &r);
+  EXPECT_EQ(r, CUDA_SUCCESS) << drv::result_name(r);
+  return a;
+}
+
+// A group's bits without a device: members named at their first byte end
+// an extent before them, members named inside end it after them.
+TEST(GroupBoundaries, AnExtentEndsAtTheNextNamedStartOrAfterTheNextNamedInterior) {
+  std::atomic<std::uint64_t> bits[4] = {};
+  Group g;
+  g.count = 100;
+  g.boundaries = bits;
+  EXPECT_EQ(g.extent_end(0, 0), 100u) << "nothing learned: to the end";
+  EXPECT_EQ(g.extent_end(0, 8), 8u) << "capped";
+  EXPECT_EQ(g.extent_end(95, 8), 100u) << "the cap never passes the end";
+  g.learn(10, /*at_start=*/true);
+  EXPECT_EQ(g.extent_end(0, 0), 10u);
+  EXPECT_EQ(g.extent_end(3, 4), 7u);
+  EXPECT_EQ(g.extent_end(10, 0), 100u) << "a member's own bit does not end its extent";
+  g.learn(40, /*at_start=*/false);  // a buffer starts inside member 40: the one before may end there
+  EXPECT_EQ(g.extent_end(11, 0), 41u);
+  g.learn(63, true);  // bits across a word boundary (member 32 starts the second word)
+  EXPECT_EQ(g.extent_end(41, 0), 63u);
+  g.learn(64, false);
+  EXPECT_EQ(g.extent_end(63, 0), 65u);
+}
+
+class Groups : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    a_ = make(SpillMode::Remap);
+    ASSERT_NE(a_, nullptr);
+    ASSERT_TRUE(a_->groups_large_allocations());
+  }
+  std::unique_ptr<Allocator> a_;
+};
+
+TEST_F(Groups, MembersCoverTheAllocationAndHoldNothingUntilUsed) {
+  const std::size_t bytes = 64 * MiB + 3 * MiB + 5;  // 17 members of 4 MiB, the last 3 MiB + 5
+  const Stats before = a_->stats();
+  CUdeviceptr p = 0;
+  CU_OK(a_->allocate(&p, bytes, nullptr));
+  Block* first = a_->lookup(p);
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(first->group, nullptr);
+  const Group* g = first->group;
+  EXPECT_EQ(g->va, p);
+  EXPECT_EQ(g->count, 17u);
+  EXPECT_EQ(g->bytes, bytes);
+  std::size_t sum = 0;
+  for (std::uint32_t i = 0; i < g->count; ++i) {
+    Block* m = a_->lookup(p + i * g->unit + 12345 % g->unit);  // interior pointers find their member
+    ASSERT_NE(m, nullptr);
+    EXPECT_EQ(m->group, g);
+    EXPECT_EQ(m->member, i);
+    EXPECT_EQ(m->va, p + i * g->unit);
+    EXPECT_TRUE(m->untouched.load());
+    EXPECT_EQ(m->st(), State::Freed);
+    sum += m->size;
+  }
+  EXPECT_EQ(sum, bytes);
+  EXPECT_EQ(a_->lookup(p + 16 * 4 * MiB)->size, 3 * MiB + 5);
+  const Stats s = a_->stats();
+  EXPECT_EQ(s.device_used, before.device_used) << "no member was used";
+  EXPECT_EQ(s.untouched_bytes, bytes);
+  EXPECT_EQ(s.groups, 1u);
+  EXPECT_EQ(a_->live_blocks({}), 0u) << "untouched members are no live blocks";
+  CU_OK(a_->free(p, nullptr));
+}
+
+TEST_F(Groups, AMemberIsMappedAtItsFirstUseAndMovesOnItsOwn) {
+  CUdeviceptr p = 0;
+  CU_OK(a_->allocate(&p, 128 * MiB, nullptr));
+  const Stats before = a_->stats();
+  Block* m3 = a_->lookup(p + 3 * 4 * MiB);
+  Block* m4 = a_->lookup(p + 4 * 4 * MiB);
+  CU_OK(fill(*a_, m3, nullptr, 33));
+  CU_OK(fill(*a_, m4, nullptr, 44));
+  EXPECT_EQ(m3->st(), State::Resident);
+  EXPECT_FALSE(m3->untouched.load());
+  EXPECT_EQ(a_->stats().device_used - before.device_used, 8 * MiB) << "two members of 4 MiB, nothing else";
+  EXPECT_EQ(a_->stats().untouched_bytes, 120 * MiB);
+  // One member spills; its neighbour stays; both read back bit for bit.
+  a_->drain();
+  ASSERT_EQ(a_->spill(m3), SpillResult::Started);
+  a_->drain();
+  ASSERT_EQ(m3->st(), State::Spilled);
+  EXPECT_EQ(m4->st(), State::Resident);
+  EXPECT_TRUE(m3->va_on_host) << "remap: a spilled member's VA reads over the link";
+  std::vector<std::uint8_t> got;
+  CU_OK(read(*a_, m4, &got));
+  EXPECT_EQ(got, expected(4 * MiB, 44));
+  EXPECT_EQ(m3->st(), State::Spilled) << "reading its neighbour fetched nothing";
+  CU_OK(read(*a_, m3, &got));
+  EXPECT_EQ(got, expected(4 * MiB, 33));
+  EXPECT_EQ(m3->st(), State::Resident);
+  CU_OK(a_->free(p, nullptr));
+}
+
+TEST_F(Groups, ASpilledMemberIsReadOverTheLinkByAKernelThatWasNotToldOfIt) {
+  CUdeviceptr p = 0;
+  CU_OK(a_->allocate(&p, 64 * MiB, nullptr));
+  Block* m0 = a_->lookup(p);
+  Block* m1 = a_->lookup(p + 4 * MiB);
+  CU_OK(fill(*a_, m1, nullptr, 7));
+  CU_OK(fill(*a_, m0, nullptr, 8));
+  a_->drain();
+  ASSERT_EQ(a_->spill(m1), SpillResult::Started);
+  a_->drain();
+  ASSERT_EQ(m1->st(), State::Spilled);
+  // A checksum kernel over members 0 and 1, made resident for member 0 only
+  // (an extent inferred too short): member 1 is read on its host copy.
+  CUdeviceptr out = 0;
+  CU_OK(cuMemAlloc(&out, 8));
+  Block* named[1] = {m0};
+  CU_OK(use_blocks(*a_, named, nullptr, [&] { return launch3(Env::get().k.sum, nullptr, p + 4 * MiB, 4 * MiB, out); }));
+  std::uint64_t h = 0;
+  CU_OK(cuMemcpyDtoH(&h, out, 8));
+  const std::vector<std::uint8_t> want = expected(4 * MiB, 7);
+  EXPECT_EQ(h, checksum(want.data(), want.size()));
+  EXPECT_EQ(m1->st(), State::Spilled);
+  CU_OK(cuMemFree(out));
+  CU_OK(a_->free(p, nullptr));
+}
+
+TEST_F(Groups, AGroupIsFreedWholeOnceAndOnlyByItsStart) {
+  const Stats before = a_->stats();
+  CUdeviceptr p = 0;
+  CU_OK(a_->allocate(&p, 96 * MiB, nullptr));
+  for (std::size_t off : {0 * MiB, 40 * MiB, 92 * MiB}) CU_OK(fill(*a_, a_->lookup(p + off), nullptr, off));
+  a_->drain();
+  ASSERT_EQ(a_->spill(a_->lookup(p + 40 * MiB)), SpillResult::Started);
+  a_->drain();
+  EXPECT_EQ(a_->free(p + 4 * MiB, nullptr), CUDA_ERROR_INVALID_VALUE) << "a member's start is no allocation's";
+  EXPECT_EQ(a_->free(p + 1, nullptr), CUDA_ERROR_INVALID_VALUE);
+  CU_OK(a_->free(p, nullptr));
+  EXPECT_EQ(a_->lookup(p), nullptr);
+  EXPECT_EQ(a_->lookup(p + 95 * MiB), nullptr);
+  EXPECT_FALSE(a_->owns(p + 40 * MiB));
+  EXPECT_EQ(a_->free(p, nullptr), CUDA_ERROR_INVALID_VALUE) << "a double free";
+  const Stats s = a_->stats();
+  EXPECT_EQ(s.groups, 0u);
+  EXPECT_EQ(s.untouched_bytes, 0u);
+  EXPECT_EQ(s.host_used, before.host_used) << "the spilled member's host copy went with it";
+  for (int st = 0; st < kStateCount - 1; ++st) EXPECT_EQ(s.bytes[st], before.bytes[st]) << state_name(State(st));
+  // The same size again: the group's objects and chunks are reused.
+  CUdeviceptr q = 0;
+  CU_OK(a_->allocate(&q, 96 * MiB, nullptr));
+  CU_OK(fill(*a_, a_->lookup(q + 40 * MiB), nullptr, 1));
+  std::vector<std::uint8_t> got;
+  CU_OK(read(*a_, a_->lookup(q + 40 * MiB), &got));
+  EXPECT_EQ(got, expected(4 * MiB, 1));
+  CU_OK(a_->free(q, nullptr));
+}
+
+TEST_F(Groups, AGroupLargerThanTheDeviceWorksWhereItIsUsed) {
+  size_t device = 0;
+  CU_OK(cuDeviceTotalMem(&device, Env::get().dev));
+  CUdeviceptr p = 0;
+  CU_OK(a_->allocate(&p, 2 * device, nullptr));
+  // Members far apart, each used once and read back.
+  for (std::size_t off : {std::size_t{0}, device - 4 * MiB, 2 * device - 4 * MiB}) {
+    Block* m = a_->lookup(p + off);
+    ASSERT_NE(m, nullptr);
+    CU_OK(fill(*a_, m, nullptr, off + 1));
+    std::vector<std::uint8_t> got;
+    CU_OK(read(*a_, m, &got));
+    EXPECT_EQ(got, expected(m->size, off + 1));
+  }
+  EXPECT_LE(a_->stats().device_used, 16 * MiB);
+  CU_OK(a_->free(p, nullptr));
+}
+
+TEST_F(Groups, SmallAllocationsStayWhole) {
+  CUdeviceptr p = 0;
+  CU_OK(a_->allocate(&p, 64 * MiB - 1, nullptr));
+  EXPECT_EQ(a_->lookup(p)->group, nullptr);
+  EXPECT_EQ(a_->lookup(p)->mapped, 64 * MiB);
+  CU_OK(a_->free(p, nullptr));
+}
+
+TEST(GroupsInCopyMode, LargeAllocationsAreTieredWhole) {
+  auto a = make(SpillMode::Copy);
+  ASSERT_NE(a, nullptr);
+  EXPECT_FALSE(a->groups_large_allocations());
+  CUdeviceptr p = 0;
+  CU_OK(a->allocate(&p, 128 * MiB, nullptr));
+  EXPECT_EQ(a->lookup(p)->group, nullptr);
+  EXPECT_EQ(a->lookup(p)->size, 128 * MiB);
+  CU_OK(a->free(p, nullptr));
+}
+
+}  // namespace
+}  // namespace tierrt::alloc::testing

@@ -1,0 +1,58 @@
+// A program that allocates like XLA, for granule_groups_test.sh: each step
+// makes one temporary allocation holding every buffer of the step at fixed
+// offsets (a workspace every kernel reuses, then one activation per layer),
+// kernels name the buffers' starts, the forward pass writes the activations
+// and the backward pass reads them in reverse, every word checked.
+//   granule_xla_probe [steps [layers [activation MiB [kernel us]]]]
+// Ends with one line: "xla: bad_words=... peak_device_mib=... step_ms=...".
+#include <cstdlib>
+
+#include "tests/runtime/granule_probe_support.h"
+
+using namespace granule_probe;
+
+int main(int argc, char** argv) {
+  const int steps = argc > 1 ? std::atoi(argv[1]) : 10;
+  const int layers = argc > 2 ? std::atoi(argv[2]) : 12;
+  const std::size_t act = (argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 8) << 20;
+  const unsigned long long kernel_ns = (argc > 4 ? std::strtoull(argv[4], nullptr, 10) : 2000) * 1000;
+  Kernels k;
+  if (!set_up(&k, kernel_ns)) {
+    std::printf("FAIL: runs on simdev only\n");
+    return 1;
+  }
+  // XLA aligns buffers finely: the activations start inside granules.
+  const std::size_t ws_bytes = (4u << 20) + (256u << 10);
+  const std::size_t temp_bytes = ws_bytes + layers * act;
+  const std::size_t words = act / 4;
+  CUstream s = nullptr;
+  CUdeviceptr bad = 0;
+  if (!ok(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), "stream") || !ok(cuMemAlloc(&bad, 8), "bad counter") ||
+      !ok(cuMemsetD32(bad, 0, 2), "bad counter zeroed"))
+    return 1;
+  std::vector<double> step_ms;
+  std::uint64_t bad_words = 0;
+  for (int step = 0; step < steps; ++step) {
+    const double t0 = now_ms();
+    CUdeviceptr temp = 0;
+    if (!ok(cuMemAlloc(&temp, temp_bytes), "the step's temporary allocation")) return 1;
+    const CUdeviceptr ws = temp;
+    auto act_at = [&](int l) { return temp + ws_bytes + l * act; };
+    auto seed = [&](int l) { return static_cast<std::uint32_t>(step * 1000 + l + 1); };
+    mark_phase(TIERRT_PHASE_FORWARD);
+    for (int l = 0; l < layers; ++l) {
+      if (l > 0 && !ok(consume(k, s, act_at(l - 1), words, seed(l - 1), ws, bad), "forward read")) return 1;
+      if (!ok(produce(k, s, act_at(l), words, seed(l), ws), "forward write")) return 1;
+    }
+    mark_phase(TIERRT_PHASE_BACKWARD);
+    for (int l = layers - 1; l >= 0; --l)
+      if (!ok(consume(k, s, act_at(l), words, seed(l), ws, bad), "backward read")) return 1;
+    if (!ok(cuMemcpyDtoHAsync(&bad_words, bad, 8, s), "bad counter read") || !ok(cuStreamSynchronize(s), "step end"))
+      return 1;
+    if (!ok(cuMemFree(temp), "the step's temporary freed")) return 1;
+    mark_step();
+    step_ms.push_back(now_ms() - t0);
+  }
+  report("xla", bad_words, step_ms, steps / 2);
+  return bad_words == 0 ? 0 : 1;
+}
