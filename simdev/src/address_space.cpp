@@ -417,14 +417,20 @@ CUresult AddressSpace::mem_alloc(uint64_t size, int device, const void* owner, u
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   Reservation r;
-  r.base = base;
   r.size = bytes + kMemAllocGuard;
   r.user_size = size;
   r.origin = Origin::kMemAlloc;
-  r.buffer_id = next_buffer_id_++;
   r.device = device;
   r.owner = owner;
   r.device_mask = device_mask;
+  place_whole_locked(base, bytes, std::move(r), std::move(phys));
+  *out = base;
+  return CUDA_SUCCESS;
+}
+
+void AddressSpace::place_whole_locked(uint64_t base, uint64_t bytes, Reservation r, std::shared_ptr<PhysAlloc> phys) {
+  r.base = base;
+  r.buffer_id = next_buffer_id_++;
   Mapping m;
   m.va = base;
   m.size = bytes;
@@ -436,8 +442,6 @@ CUresult AddressSpace::mem_alloc(uint64_t size, int device, const void* owner, u
   Reservation& placed = reservations_.emplace(base, std::move(r)).first->second;
   // A kernel of a device without access may be running now.
   reprotect_locked(placed, placed.maps.begin()->second, false);
-  *out = base;
-  return CUDA_SUCCESS;
 }
 
 CUresult AddressSpace::mem_free(uint64_t base) {

@@ -206,6 +206,10 @@ class AddressSpace {
   // `wait`: work still using memory that loses access finishes first).
   int prot_in_view(const Reservation& r, const Mapping& m, int view) const;
   bool reprotect_locked(const Reservation& r, Mapping& m, bool wait);
+  // Enters `r` at `base` (its buffer id given here) with one read-write
+  // mapping of `phys` over its first `bytes`, as cuMemAlloc's and an IPC
+  // open's memory is: mapped whole, for its device.
+  void place_whole_locked(uint64_t base, uint64_t bytes, Reservation r, std::shared_ptr<PhysAlloc> phys);
   void apply_view(int view);  // caller holds turn_mu_ with no kernel running
   void restore_copy_view();
   std::shared_ptr<PhysAlloc> new_phys(uint64_t size, const CUmemAllocationProp& prop, bool anonymous, CUresult* err);

@@ -155,25 +155,13 @@ CUresult AddressSpace::ipc_open(int fd, uint64_t bytes, uint64_t key, int device
   phys->prop.location.id = device;
   phys->shared = true;
   Reservation r;
-  r.base = base;
   r.size = bytes;
   r.user_size = bytes;
   r.origin = Origin::kIpcOpen;
-  r.buffer_id = next_buffer_id_++;
   r.device = device;
   r.owner = owner;
   r.device_mask = device_mask;
-  Mapping m;
-  m.va = base;
-  m.size = bytes;
-  m.phys = std::move(phys);
-  m.device_access = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  m.host_access = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  m.applied_prot = PROT_READ | PROT_WRITE;
-  r.maps.emplace(base, std::move(m));
-  Reservation& placed = reservations_.emplace(base, std::move(r)).first->second;
-  // A kernel of a device without access may be running now.
-  reprotect_locked(placed, placed.maps.begin()->second, false);
+  place_whole_locked(base, bytes, std::move(r), std::move(phys));
   ipc_opened_[key] = IpcOpened{base, 1};
   *out = base;
   return CUDA_SUCCESS;

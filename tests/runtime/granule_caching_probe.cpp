@@ -59,12 +59,11 @@ class Segment {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const int steps = argc > 1 ? std::atoi(argv[1]) : 10;
-  const int layers = argc > 2 ? std::atoi(argv[2]) : 12;
-  const std::size_t act = (argc > 3 ? std::strtoull(argv[3], nullptr, 10) : 8) << 20;
-  const unsigned long long kernel_ns = (argc > 4 ? std::strtoull(argv[4], nullptr, 10) : 2000) * 1000;
+  const Shape shape = shape_of(argc, argv);
+  const int steps = shape.steps, layers = shape.layers;
+  const std::size_t act = shape.act;
   Kernels k;
-  if (!set_up(&k, kernel_ns)) {
+  if (!set_up(&k, shape.kernel_ns)) {
     std::printf("FAIL: runs on simdev only\n");
     return 1;
   }

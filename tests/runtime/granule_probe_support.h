@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstdio>
 #include <vector>
 
@@ -126,6 +127,22 @@ inline bool ok(CUresult r, const char* what) {
   cuGetErrorName(r, &name);
   std::printf("FAIL: %s: %s\n", what, name ? name : "?");
   return false;
+}
+
+// Both programs' arguments: STEPS LAYERS ACTIVATION_MIB KERNEL_US (10, 12,
+// 8, 2000 when absent), then each program's own.
+struct Shape {
+  int steps = 10, layers = 12;
+  std::size_t act = 8u << 20;
+  unsigned long long kernel_ns = 2000 * 1000;
+};
+inline Shape shape_of(int argc, char** argv) {
+  Shape s;
+  if (argc > 1) s.steps = std::atoi(argv[1]);
+  if (argc > 2) s.layers = std::atoi(argv[2]);
+  if (argc > 3) s.act = std::strtoull(argv[3], nullptr, 10) << 20;
+  if (argc > 4) s.kernel_ns = std::strtoull(argv[4], nullptr, 10) * 1000;
+  return s;
 }
 
 }  // namespace granule_probe
