@@ -79,4 +79,12 @@ inline Engine* engine_here() noexcept {
   return Engine::current();
 }
 
+// A free: the engine whose memory holds `p`; else the current context's,
+// which forgets `p` if it passed it through to the driver (an allocation
+// made under capture) before the driver frees it.
+inline Engine* freeing_engine(CUdeviceptr p) noexcept {
+  if (Engine* e = Engine::owning(p)) return e;
+  return engine_here();
+}
+
 }  // namespace tierrt::preload

@@ -3,6 +3,7 @@
 // are the engine's answers where it has one; everything else reaches the
 // driver untouched.
 #include "hooks.h"
+#include "engine_dispatch.h"
 #include "runtime/engine.h"
 
 using namespace tierrt;
@@ -37,7 +38,7 @@ CUresult cuMemAllocPitch_v2(CUdeviceptr* p, size_t* pitch, size_t width, size_t 
 
 CUresult cuMemFree_v2(CUdeviceptr p) {
   auto forward = [&] { return TIERRT_REAL(cuMemFree_v2, cuMemFree_v2)(p); };
-  if (Engine* e = Engine::owning(p)) return e->free(p, forward);
+  if (Engine* e = freeing_engine(p)) return e->free(p, forward);
   return forward();
 }
 
@@ -66,7 +67,7 @@ TIERRT_ALLOC_POOL_(cuMemAllocFromPoolAsync_ptsz, ptsz)
 #define TIERRT_FREE_ASYNC_(name, stream_of)                                      \
   CUresult name(CUdeviceptr p, CUstream s) {                                     \
     auto forward = [&] { return TIERRT_REAL(name, cuMemFreeAsync)(p, s); };      \
-    if (Engine* e = Engine::owning(p)) return e->free_async(p, stream_of(s), forward); \
+    if (Engine* e = freeing_engine(p)) return e->free_async(p, stream_of(s), forward); \
     return forward();                                                            \
   }
 TIERRT_FREE_ASYNC_(cuMemFreeAsync, TIERRT_SAME_)

@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include "hooks.h"
+#include "engine_dispatch.h"
 #include "runtime/engine.h"
 
 using namespace tierrt;
@@ -36,7 +37,7 @@ void tierrt_torch_free(void* ptr, ssize_t size, int device, void* stream) {
   CUstream s = static_cast<CUstream>(stream);
   auto forward = [&] { return TIERRT_REAL(cuMemFreeAsync, cuMemFreeAsync)(p, s); };
   // PyTorch's free returns nothing: a failure here has no one to report to.
-  if (Engine* e = Engine::owning(p)) (void)e->free_async(p, s, forward);
+  if (Engine* e = freeing_engine(p)) (void)e->free_async(p, s, forward);
   else (void)forward();
 }
 
