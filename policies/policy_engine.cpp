@@ -7,11 +7,6 @@
 namespace tierrt::policy {
 namespace {
 
-bool prefix_matches(const std::vector<Token>& seen, const std::vector<std::uint64_t>& want) {
-  return seen.size() <= want.size() &&
-         std::equal(seen.begin(), seen.end(), want.begin(), [](const Token& a, std::uint64_t h) { return a.hash == h; });
-}
-
 // The learned step's first tokens: seeing them again, after a step that went astray,
 // marks where the next step began.
 constexpr std::size_t kResyncTokens = 32;
@@ -62,29 +57,71 @@ void PolicyEngine::append(const Event& e) {
     ordinal_by_block_[e.a] = static_cast<std::uint32_t>(by_ordinal_.size());
     by_ordinal_.push_back(e.a);
   }
-  if (e.kind == EventKind::Launch) ++launches_;
+  if (e.kind == EventKind::Launch) {
+    // triggers_ahead(0) handed this launch everything up to its position.
+    if (followed_ != kNotFollowing) handed_ = std::max(handed_, position() + 1);
+    ++launches_;
+  }
+}
+
+std::uint32_t PolicyEngine::token_ordinal(const Token& t) const {
+  if (t.event >= events_.size()) return kNoOrdinal;
+  const Event& e = events_[t.event];
+  if (e.kind == EventKind::Launch) return kLaunchToken;
+  auto it = ordinal_by_block_.find(e.a);
+  if (e.kind == EventKind::Alloc) return it == ordinal_by_block_.end() ? kNoOrdinal : it->second;
+  return it == ordinal_by_block_.end() ? kNoOrdinal : (it->second | kFreeToken);
+}
+
+// The running launches whose tokens are not complete yet stand, as far as is
+// known, for the learned launches after the furthest one matched.
+std::uint32_t PolicyEngine::position() const {
+  const std::uint32_t pending = launches_ > launch_tokens_ ? launches_ - launch_tokens_ : 0;
+  return followers_[followed_].reached + pending;
+}
+
+void PolicyEngine::align(const Token& t) {
+  const std::uint32_t ord = token_ordinal(t);
+  if (ord == kLaunchToken) ++launch_tokens_;
+  if (reference_aligner_ && on_reference_) {
+    const std::uint32_t m = reference_aligner_->feed(t.hash, ord);
+    // Its last token, in a step that stood for most of it (not a changed shape
+    // whose few like tokens happened to match).
+    reference_done_ |= m != kNoMatch && m + 1 == reference_.size() &&
+                       4 * std::size_t{reference_aligner_->matched()} >= 3 * reference_.size();
+    on_reference_ = !reference_aligner_->lost();
+  }
+  if (candidates_.empty()) return;
+  for (std::size_t c : candidates_) {
+    Follower& f = followers_[c];
+    const std::uint32_t m = f.aligner.feed(t.hash, ord);
+    if (m != kNoMatch && ord == kLaunchToken) f.reached = std::max(f.reached, f.aligner.learned_op(m) + 1);
+  }
+  std::erase_if(candidates_, [&](std::size_t c) { return followers_[c].aligner.lost(); });
+  const std::size_t first = candidates_.empty() ? kNotFollowing : candidates_.front();
+  if (first == followed_) return;
+  followed_ = first;
+  // Another alternative's launches: its triggers from where it has got to.
+  if (followed_ != kNotFollowing) handed_ = position();
 }
 
 void PolicyEngine::on_token(const Token& t) {
   tokens_.push_back(t);
-  const std::size_t k = tokens_.size() - 1;
-  std::erase_if(candidates_, [&](std::size_t c) {
-    const auto& want = plans_[c].expected_tokens;
-    return k >= want.size() || want[k] != t.hash;
-  });
-  if (markers_seen_ || !learned_) return;
-  // Without markers: a step that completed the learned token sequence ends where the
-  // next token begins; one that went astray ends where the learned step starts again.
-  const std::size_t n = reference_.size();
-  if (on_reference_) {
-    if (k == n) {
-      restart_from(t.event, k);
-      return;
-    }
-    on_reference_ = reference_[k] == t.hash;
-    if (on_reference_) return;
+  if (markers_seen_ || !learned_) {
+    align(t);
+    return;
   }
-  const std::size_t probe = std::min(kResyncTokens, n);
+  // Without markers: a step whose alignment reached the learned step's last token
+  // ends at the first token that stands for nothing left in it (whatever comes
+  // next: an eval step or a changed shape begins there too); one that went
+  // astray ends where the learned step's first tokens are seen again.
+  if (on_reference_ && reference_done_ && !reference_aligner_->would_match(t.hash, token_ordinal(t))) {
+    restart_from(t.event, tokens_.size() - 1);
+    return;
+  }
+  align(t);
+  if (on_reference_) return;
+  const std::size_t probe = std::min(kResyncTokens, reference_.size());
   if (tokens_.size() <= probe) return;
   const std::size_t from = tokens_.size() - probe;
   for (std::size_t i = 0; i < probe; ++i)
@@ -106,9 +143,8 @@ void PolicyEngine::restart_from(std::size_t split_event, std::size_t split_token
   for (Token tt : tail_tokens) {
     tt.event -= static_cast<std::uint32_t>(split_event);
     tokens_.push_back(tt);
+    align(tt);
   }
-  std::erase_if(candidates_, [&](std::size_t c) { return !prefix_matches(tokens_, plans_[c].expected_tokens); });
-  on_reference_ = prefix_matches(tokens_, reference_);
 }
 
 void PolicyEngine::try_detect_steps() {
@@ -116,6 +152,7 @@ void PolicyEngine::try_detect_steps() {
   // The engine's own tokens: it knows the sizes of blocks from before the buffer.
   const auto d = detect_steps(events_, tokens_);
   if (d.period_tokens == 0 || d.step_count() < 3) return;  // two complete steps and the current one
+  reference_aligner_.reset();  // it points into reference_, which is learned anew
   // Learn every complete step; the last span may be unfinished and stays current.
   const StepSpan& current = d.spans.back();
   LiveBlocks live = live_at_step_begin_;
@@ -132,7 +169,8 @@ void PolicyEngine::try_detect_steps() {
     nothing.demanded.assign(tl.blocks.size(), 0);
     planner_.observe(tl, nothing);
     ++steps_completed_;
-    if (s.shape == d.dominant_shape) reference_ = tl.tokens, step_events_ = s.end_event - s.begin_event;
+    if (s.shape == d.dominant_shape)
+      reference_ = tl.tokens, reference_ordinals_ = tl.token_ordinals, step_events_ = s.end_event - s.begin_event;
   }
   for (; pos < current.begin_event; ++pos) track_live(live, events_[pos]);
   live_at_step_begin_ = std::move(live);
@@ -146,9 +184,8 @@ void PolicyEngine::try_detect_steps() {
     Token tt = d.tokens[t];
     tt.event -= static_cast<std::uint32_t>(current.begin_event);
     tokens_.push_back(tt);
+    align(tt);
   }
-  std::erase_if(candidates_, [&](std::size_t c) { return !prefix_matches(tokens_, plans_[c].expected_tokens); });
-  on_reference_ = prefix_matches(tokens_, reference_);
 }
 
 void PolicyEngine::close_step(std::size_t end_event) {
@@ -181,8 +218,8 @@ void PolicyEngine::close_step(std::size_t end_event) {
       outcome.late_ns[b] += link.h2d_ns(static_cast<double>(tl.blocks[b].bytes));
     }
   for (double ns : outcome.late_ns) outcome.stall_ns += ns;
-  if (!candidates_.empty()) {
-    outcome.plan_alternative = static_cast<int>(candidates_.front());
+  if (followed_ != kNotFollowing) {
+    outcome.plan_alternative = static_cast<int>(followed_);
     outcome.plan_ops = static_cast<std::uint32_t>(tl.ops.size());
   }
   planner_.observe(tl, outcome);
@@ -197,20 +234,49 @@ void PolicyEngine::begin_step() {
   late_.clear();
   demanded_.clear();
   launches_ = 0;
+  launch_tokens_ = 0;
+  handed_ = 0;
   on_reference_ = true;
+  reference_done_ = false;
+  reference_aligner_.reset();
+  if (learned_ && reference_ordinals_.size() == reference_.size() && !reference_.empty())
+    reference_aligner_.emplace(reference_, reference_ordinals_);
   // Without markers, a step that has run three learned steps long without the
   // learned step reappearing is worth a fresh look for a period.
   next_detect_ = learned_ ? 3 * std::max<std::size_t>(step_events_, 64) : std::max<std::size_t>(next_detect_, 1024);
+  followers_.clear();  // before plans_: they point into them
   plans_.clear();
   candidates_.clear();
+  followed_ = kNotFollowing;
   if (steps_completed_ == 0) return;
   plans_ = planner_.plan_step(options_.budget, options_.link);
-  for (std::size_t i = 0; i < plans_.size(); ++i) candidates_.push_back(i);
+  // A plan is followed only through alignment, which needs what each of its tokens is about.
+  followers_.reserve(plans_.size());
+  for (std::size_t i = 0; i < plans_.size(); ++i) {
+    const StepPlan& p = plans_[i];
+    followers_.push_back(Follower{StepAligner(p.expected_tokens, p.expected_ordinals), 0});
+    if (!p.expected_tokens.empty() && p.expected_ordinals.size() == p.expected_tokens.size()) candidates_.push_back(i);
+  }
+  if (!candidates_.empty()) followed_ = candidates_.front();
 }
 
 std::span<const Trigger> PolicyEngine::triggers_ahead(std::uint32_t ahead) const {
-  if (candidates_.empty()) return {};
-  return plans_[candidates_.front()].triggers.at(launches_ + ahead);
+  std::vector<Trigger>& out = ahead == 0 ? now_ : next_;
+  out.clear();
+  if (followed_ == kNotFollowing) return {};
+  const Follower& f = followers_[followed_];
+  const TriggerTable& table = plans_[followed_].triggers;
+  const std::uint32_t at = position() + ahead;
+  const std::uint32_t op = launches_ + ahead;
+  for (const Trigger& t : ahead == 0 ? table.between(handed_, at) : table.at(at)) {
+    const std::uint32_t block = f.aligner.running_ordinal(t.ordinal);
+    if (block >= by_ordinal_.size()) continue;  // the block it names has not turned up
+    // A spill's device copy is kept as many launches past this one as the plan said.
+    const std::uint32_t release_after =
+        t.action == Action::Spill ? op + (t.release_after > t.op ? t.release_after - t.op : 0) : t.release_after;
+    out.push_back({op, t.action, block, release_after});
+  }
+  return out;
 }
 
 std::optional<std::uint32_t> PolicyEngine::ordinal_of(BlockId block) const {

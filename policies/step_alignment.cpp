@@ -26,26 +26,31 @@ std::uint32_t StepAligner::find(std::uint64_t hash, std::uint32_t want_ordinal, 
   return kNoMatch;
 }
 
+std::uint32_t StepAligner::lookup(std::uint64_t hash, std::uint32_t ordinal) const {
+  const bool is_free = ordinal != kLaunchToken && (ordinal & kFreeToken) != 0;
+  if (!is_free) return find(hash, 0, false);
+  if (ordinal == kNoOrdinal) return find(hash, kNoOrdinal, true);  // a block from before the step
+  const std::uint32_t learned = learned_ordinal(ordinal & ~kFreeToken);
+  return learned == kNoOrdinal ? kNoMatch : find(hash, learned | kFreeToken, true);
+}
+
 std::uint32_t StepAligner::feed(std::uint64_t hash, std::uint32_t ordinal) {
   if (lost_) return kNoMatch;
+  const std::uint32_t j = lookup(hash, ordinal);
   const bool is_free = ordinal != kLaunchToken && (ordinal & kFreeToken) != 0;
-  std::uint32_t j = kNoMatch;
-  if (!is_free) {
-    j = find(hash, 0, false);
-    if (ordinal != kLaunchToken) {  // an allocation: its block stands for the learned one
-      if (learned_of_.size() <= ordinal) learned_of_.resize(ordinal + 1, kNoOrdinal);
-      if (j != kNoMatch) learned_of_[ordinal] = ordinals_[j];
-    }
-  } else if (ordinal == kNoOrdinal) {  // a block from before the step
-    j = find(hash, kNoOrdinal, true);
-  } else {
-    const std::uint32_t learned = learned_ordinal(ordinal & ~kFreeToken);
-    if (learned != kNoOrdinal) {
-      j = find(hash, learned | kFreeToken, true);
-      // A followed block freed where the learned step still had it: not this step.
-      if (j == kNoMatch && ++role_misses_ > o_.max_role_misses) lost_ = true;
+  if (!is_free && ordinal != kLaunchToken) {  // an allocation: its block stands for the learned one
+    if (learned_of_.size() <= ordinal) learned_of_.resize(ordinal + 1, kNoOrdinal);
+    if (j != kNoMatch) {
+      const std::uint32_t learned = ordinals_[j];
+      learned_of_[ordinal] = learned;
+      if (running_of_.size() <= learned) running_of_.resize(learned + 1, kNoOrdinal);
+      running_of_[learned] = ordinal;
     }
   }
+  // A followed block freed where the learned step still had it: not this step.
+  if (is_free && ordinal != kNoOrdinal && j == kNoMatch && learned_ordinal(ordinal & ~kFreeToken) != kNoOrdinal &&
+      ++role_misses_ > o_.max_role_misses)
+    lost_ = true;
   if (j == kNoMatch) {
     if (++unmatched_run_ > o_.max_unmatched_run) lost_ = true;
     return kNoMatch;
@@ -62,7 +67,6 @@ std::optional<AlignedPlan> align_plan(const StepPlan& plan, const StepTimeline& 
       running.token_ordinals.size() != running.tokens.size() || running.token_op.size() != running.tokens.size())
     return std::nullopt;
   StepAligner aligner(plan.expected_tokens, plan.expected_ordinals, options);
-  std::vector<std::uint32_t> running_of;  // learned ordinal -> running ordinal
   std::vector<Trigger> out;
   AlignedPlan r;
   r.plan_ops = static_cast<std::uint32_t>(running.ops.size());
@@ -75,20 +79,12 @@ std::optional<AlignedPlan> align_plan(const StepPlan& plan, const StepTimeline& 
       r.plan_ops = running.token_op[i];
       break;
     }
-    if (m == kNoMatch) continue;
-    if (ord != kLaunchToken) {
-      if ((ord & kFreeToken) == 0) {
-        const std::uint32_t learned = plan.expected_ordinals[m];
-        if (running_of.size() <= learned) running_of.resize(learned + 1, kNoOrdinal);
-        running_of[learned] = ord;
-      }
-      continue;
-    }
+    if (m == kNoMatch || ord != kLaunchToken) continue;
     const std::uint32_t op = running.token_op[i];
     const std::uint32_t learned_op = aligner.learned_op(m);
     for (; fired <= learned_op && fired < table.op_count(); ++fired)
       for (const Trigger& t : table.at(fired)) {
-        const std::uint32_t block = t.ordinal < running_of.size() ? running_of[t.ordinal] : kNoOrdinal;
+        const std::uint32_t block = aligner.running_ordinal(t.ordinal);
         if (block == kNoOrdinal) continue;  // the block it names has not turned up
         out.push_back({op, t.action, block, t.action == Action::Spill ? op : 0});
       }

@@ -85,8 +85,8 @@ std::optional<Period> find_period(const std::vector<Token>& f, const StepDetecto
 
   std::optional<Period> best;
   std::vector<std::int32_t> covered;
-  for (auto [d, count] : candidates) {
-    (void)count;
+  for (const auto& candidate : candidates) {
+    const std::size_t d = candidate.first;  // a lambda below captures it: no structured binding (clang)
     covered.assign(n + 1, 0);
     std::size_t first_run = n;
     std::size_t run_start = 0, run_end = 0, misses = 0;

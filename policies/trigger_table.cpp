@@ -17,4 +17,10 @@ std::span<const Trigger> TriggerTable::at(std::uint32_t op) const {
   return {triggers_.data() + first_[op], first_[op + 1] - first_[op]};
 }
 
+std::span<const Trigger> TriggerTable::between(std::uint32_t first_op, std::uint32_t last_op) const {
+  if (first_op > last_op || first_op + 1 >= first_.size()) return {};
+  const std::uint32_t end = std::min<std::uint32_t>(last_op + 1, static_cast<std::uint32_t>(first_.size() - 1));
+  return {triggers_.data() + first_[first_op], first_[end] - first_[first_op]};
+}
+
 }  // namespace tierrt::policy

@@ -4,12 +4,22 @@
 // and planning happen when a step ends (at a Step marker, or where the learned
 // step's token sequence completes), never inside a launch.
 //
-// Until a step has been learned, and in any step that deviates from every learned
-// one, the engine hands out no triggers: the runtime's safe reactive path (spill
-// the coldest step-local block when over budget, fetch on demand) is in charge.
+// A plan is followed by alignment (step_alignment.hpp), as the step model
+// follows it: each running token is matched to the learned one it stands for,
+// a learned launch's triggers are handed out once the aligned position reaches
+// it, and they name the running block that stands for the learned one. Extra
+// temporaries, reordered launches and other timings leave the plan in force;
+// an alignment that is lost (an eval step, a changed shape) drops it. Without
+// markers the step's end is found the same way, against the learned step.
+//
+// Until a step has been learned, and in any step whose alignment with every
+// learned one is lost, the engine hands out no triggers: the runtime's safe
+// reactive path (spill the coldest step-local block when over budget, fetch on
+// demand) is in charge.
 //
 // Not thread-safe: the runtime serialises calls. record() appends and follows in
-// O(1) amortised, except at a step end (learning and planning, milliseconds) and,
+// bounded time per event (each alternative's aligner scans a window of a few
+// hundred learned tokens), except at a step end (learning and planning, milliseconds) and,
 // without markers, while the first period is being looked for.
 
 #pragma once
@@ -23,6 +33,7 @@
 #include "policies/event.hpp"
 #include "policies/link_model.hpp"
 #include "policies/planner_policy.hpp"
+#include "policies/step_alignment.hpp"
 #include "policies/step_detector.hpp"
 #include "policies/step_timeline.hpp"
 #include "policies/step_tokens.hpp"
@@ -45,7 +56,12 @@ class PolicyEngine {
   // Triggers for the launch `ahead` launches after the next one to be issued in the
   // current step (0: the next one, whose index is the number of launches recorded
   // since the step began); a caller that learns of launches after they were issued
-  // looks further ahead.
+  // looks further ahead. They are the plan's triggers for the learned launches the
+  // aligned position has reached (for ahead 0 also any it jumped over since the
+  // last launch was recorded), with `op` the running launch and `ordinal` the
+  // running block that stands for the learned one; a trigger whose block has not
+  // turned up is left out. The span stays valid until the next call with the
+  // same `ahead == 0`-ness or the next record().
   std::span<const Trigger> triggers_ahead(std::uint32_t ahead) const;
   // The block a trigger names: the one allocated `ordinal`-th in the current step.
   std::optional<BlockId> block_of(std::uint32_t ordinal) const;
@@ -62,12 +78,15 @@ class PolicyEngine {
   // each. Returns how many were found.
   std::size_t set_launch_durations(LaunchSeq from, LaunchSeq to, std::uint64_t ns);
 
-  bool following_plan() const { return !candidates_.empty(); }
+  bool following_plan() const { return followed_ != kNotFollowing; }
   std::size_t steps_completed() const { return steps_completed_; }
   const PlannerPolicy& planner() const { return planner_; }
 
  private:
   void on_token(const Token& t);
+  void align(const Token& t);  // follow the plans and the learned step one token further
+  std::uint32_t token_ordinal(const Token& t) const;  // see StepTimeline::token_ordinals
+  std::uint32_t position() const;  // the learned launch the next running launch stands for
   void restart_from(std::size_t split_event, std::size_t split_token);
   void close_step(std::size_t end_event);
   void begin_step();
@@ -91,12 +110,27 @@ class PolicyEngine {
   std::vector<BlockId> by_ordinal_;
   std::unordered_map<BlockId, std::uint32_t> ordinal_by_block_;
   std::vector<StepPlan> plans_;               // alternatives offered for this step
-  std::vector<std::size_t> candidates_;       // those still matching what happened
+  // Per alternative: its alignment with this step, and one past the furthest
+  // learned launch it matched.
+  struct Follower {
+    StepAligner aligner;
+    std::uint32_t reached = 0;
+  };
+  std::vector<Follower> followers_;
+  std::vector<std::size_t> candidates_;       // alternatives whose alignment holds
+  static constexpr std::size_t kNotFollowing = static_cast<std::size_t>(-1);
+  std::size_t followed_ = kNotFollowing;      // the first of them
+  std::uint32_t handed_ = 0;                  // first learned launch of it whose triggers were not handed out
+  std::uint32_t launch_tokens_ = 0;           // launches of this step whose tokens are complete
+  mutable std::vector<Trigger> now_, next_;   // what triggers_ahead() hands out (0, and further ahead)
   std::vector<std::pair<std::uint32_t, double>> late_;
   std::vector<std::uint32_t> demanded_;
   std::size_t steps_completed_ = 0;
   std::vector<std::uint64_t> reference_;      // the learned step the markerless boundary follows
-  bool on_reference_ = true;                  // the current step matches reference_ so far
+  std::vector<std::uint32_t> reference_ordinals_;
+  std::optional<StepAligner> reference_aligner_;  // this step against reference_
+  bool reference_done_ = false;               // its last token was matched: the next start of one ends the step
+  bool on_reference_ = true;                  // the current step's alignment with reference_ holds
   std::size_t next_detect_ = 1024;            // buffer size at which to look for a period again
   std::size_t step_events_ = 0;               // events in the last step that followed the reference
   std::size_t rebased_ = 0;                   // events dropped from the front of events_ so far

@@ -41,17 +41,25 @@ class StepAligner {
   // token it stands for, or kNoMatch (an extra, or the alignment is lost).
   std::uint32_t feed(std::uint64_t hash, std::uint32_t ordinal);
 
+  // Whether feed() would match this token to a learned one (nothing changes).
+  bool would_match(std::uint64_t hash, std::uint32_t ordinal) const { return !lost_ && lookup(hash, ordinal) != kNoMatch; }
   bool lost() const { return lost_; }
   std::uint32_t matched() const { return matched_; }
   // The learned ordinal a running block stands for (kNoOrdinal: none).
   std::uint32_t learned_ordinal(std::uint32_t running_ordinal) const {
     return running_ordinal < learned_of_.size() ? learned_of_[running_ordinal] : kNoOrdinal;
   }
+  // The other way round: the running block that stands for learned block
+  // `learned_ordinal` (kNoOrdinal: none has turned up yet).
+  std::uint32_t running_ordinal(std::uint32_t learned_ordinal) const {
+    return learned_ordinal < running_of_.size() ? running_of_[learned_ordinal] : kNoOrdinal;
+  }
   // The learned launch index of learned token `token` (a launch token).
   std::uint32_t learned_op(std::uint32_t token) const { return op_of_token_[token]; }
 
  private:
   std::uint32_t find(std::uint64_t hash, std::uint32_t want_ordinal, bool by_role) const;
+  std::uint32_t lookup(std::uint64_t hash, std::uint32_t ordinal) const;
 
   std::span<const std::uint64_t> tokens_;
   std::span<const std::uint32_t> ordinals_;
@@ -59,6 +67,7 @@ class StepAligner {
   std::vector<std::uint8_t> taken_;
   std::vector<std::uint32_t> op_of_token_;  // per learned token: launches before it (its own index for a launch)
   std::vector<std::uint32_t> learned_of_;   // running ordinal -> learned ordinal
+  std::vector<std::uint32_t> running_of_;   // learned ordinal -> running ordinal
   std::uint32_t running_allocs_ = 0;
   std::uint32_t frontier_ = 0;  // one past the furthest learned token matched
   std::uint32_t unmatched_run_ = 0, role_misses_ = 0, matched_ = 0;

@@ -29,6 +29,9 @@ class TriggerTable {
   TriggerTable(std::vector<Trigger> triggers, std::uint32_t op_count);
 
   std::span<const Trigger> at(std::uint32_t op) const;
+  // Those of launches first_op..last_op together (empty when last_op < first_op):
+  // a follower whose position jumped over launches still owes their triggers.
+  std::span<const Trigger> between(std::uint32_t first_op, std::uint32_t last_op) const;
   const std::vector<Trigger>& all() const { return triggers_; }
   std::uint32_t op_count() const { return static_cast<std::uint32_t>(first_.empty() ? 0 : first_.size() - 1); }
 
