@@ -16,21 +16,9 @@
 namespace tierrt::policy {
 namespace {
 
-struct NoiseCase {
-  const char* name;
-  std::uint32_t temporaries;
-  double reorder;
-  double jitter;
-};
+using test::NoiseCase;
 
-SynthOptions noisy(const NoiseCase& c, std::uint64_t seed) {
-  auto o = test::tiny_options(test::tiny_dense(), 4);
-  o.noise_transients = c.temporaries;
-  o.reorder_probability = c.reorder;
-  o.duration_jitter = c.jitter;
-  o.seed = seed;
-  return o;
-}
+SynthOptions noisy(const NoiseCase& c, std::uint64_t seed) { return test::noisy(c, seed, 4); }
 
 class Noise : public ::testing::TestWithParam<std::tuple<NoiseCase, std::uint64_t>> {};
 

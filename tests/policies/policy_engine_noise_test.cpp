@@ -18,19 +18,10 @@
 namespace tierrt::policy {
 namespace {
 
-struct NoiseCase {
-  const char* name;
-  std::uint32_t temporaries;
-  double reorder;
-  double jitter;
-};
+using test::NoiseCase;
 
-SynthOptions noisy(const NoiseCase& c, std::uint64_t seed, std::uint32_t steps) {
-  auto o = test::tiny_options(test::tiny_dense(), steps);
-  o.noise_transients = c.temporaries;
-  o.reorder_probability = c.reorder;
-  o.duration_jitter = c.jitter;
-  o.seed = seed;
+SynthOptions noisy_marked(const NoiseCase& c, std::uint64_t seed, std::uint32_t steps) {
+  auto o = test::noisy(c, seed, steps);
   o.step_markers = true;  // the driver needs them to tell steps apart; the engine may not see them
   return o;
 }
@@ -97,7 +88,7 @@ class NoisyRun : public ::testing::TestWithParam<std::tuple<NoiseCase, std::uint
 
 TEST_P(NoisyRun, PlanStaysInForceAndNamesTheRunningBlocks) {
   const auto& [c, seed] = GetParam();
-  const Trace trace = synthesize(noisy(c, seed, 6));
+  const Trace trace = synthesize(noisy_marked(c, seed, 6));
   const auto a = analyse_trace(trace);
   ASSERT_EQ(a.steps.size(), 6u);
   const std::uint64_t budget = budget_of(a);
@@ -133,7 +124,7 @@ class NoisyEval : public ::testing::TestWithParam<std::uint64_t> {};
 // blocks are freed where the training step kept them, so the plan is dropped,
 // and the training steps after it take it up again.
 TEST_P(NoisyEval, EvalStepDropsThePlanAndTrainingResumesIt) {
-  auto o = noisy({"all", 2, 0.5, 0.2}, GetParam(), 6);
+  auto o = noisy_marked({"all", 2, 0.5, 0.2}, GetParam(), 6);
   o.eval_after = 3;
   const Trace trace = synthesize(o);
   const auto a = analyse_trace(trace);
@@ -157,7 +148,7 @@ INSTANTIATE_TEST_SUITE_P(Seeds, NoisyEval, ::testing::Values(1u, 2u, 3u));
 TEST(NoisyRunWithoutMarkers, StepIsFoundAndThePlanFollowed) {
   for (std::uint64_t seed : {1u, 2u, 3u}) {
     SCOPED_TRACE("seed " + std::to_string(seed));
-    const Trace trace = synthesize(noisy({"all", 2, 0.5, 0.2}, seed, 8));
+    const Trace trace = synthesize(noisy_marked({"all", 2, 0.5, 0.2}, seed, 8));
     const auto a = analyse_trace(trace);
     PolicyEngine engine({budget_of(a), parse_link("pcie5"), {}});
     const auto logs = drive(engine, trace, false);

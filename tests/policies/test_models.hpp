@@ -80,4 +80,21 @@ inline Trace random_trace(std::uint64_t seed, std::uint32_t steps = 3) {
   return t;
 }
 
+// A kind of noise in synthesized steps (tierrt-replay's --temporaries,
+// --reorder, --jitter), and the tiny dense model's steps with it.
+struct NoiseCase {
+  const char* name;
+  std::uint32_t temporaries;
+  double reorder;
+  double jitter;
+};
+inline SynthOptions noisy(const NoiseCase& c, std::uint64_t seed, std::uint32_t steps) {
+  auto o = tiny_options(tiny_dense(), steps);
+  o.noise_transients = c.temporaries;
+  o.reorder_probability = c.reorder;
+  o.duration_jitter = c.jitter;
+  o.seed = seed;
+  return o;
+}
+
 }  // namespace tierrt::policy::test
