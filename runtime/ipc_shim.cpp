@@ -200,6 +200,14 @@ bool get_handle(Engine& e, CUipcMemHandle* out, CUdeviceptr p, CUresult* result)
   int fd = -1;
   CUresult r = pin_for_export(e, base);
   if (r == CUDA_SUCCESS) r = chunk_at(base, &chunk, &chunk_bytes);
+  if (r == CUDA_SUCCESS && base - chunk + bytes > chunk_bytes) {
+    // A granule group: one chunk per member, which one fd cannot share.
+    TIERRT_LOG(Error, "cuIpcGetMemHandle(0x%llx): this allocation of %llu bytes is tiered per granule group "
+                      "(TIERRT_GRANULE_BYTES) and cannot be shared; set TIERRT_GRANULE_BYTES above its size",
+               static_cast<unsigned long long>(p), static_cast<unsigned long long>(bytes));
+    *result = CUDA_ERROR_INVALID_VALUE;
+    return true;
+  }
   if (r == CUDA_SUCCESS) r = exported_fd(e, base, id, chunk, &fd);
   if (r != CUDA_SUCCESS) {
     TIERRT_LOG(Warn, "cuIpcGetMemHandle(0x%llx): its chunk could not be exported as a POSIX fd: %s",

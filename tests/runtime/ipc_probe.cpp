@@ -185,6 +185,20 @@ int retain_mode() {
   return failures ? 1 : 0;
 }
 
+// An allocation tiered per granule group (TIERRT_GRANULE_BYTES, remap
+// mode) has a chunk per member, which one handle cannot carry: refused.
+int group_mode() {
+  if (!start()) return 1;
+  CUdeviceptr g = 0;
+  cu(cuMemAlloc(&g, 4 * kBlock), "cuMemAlloc (a group)");
+  cu(cuMemsetD8(g, 0x21, 4 * kBlock), "cuMemsetD8");
+  CUipcMemHandle h{};
+  check(cuIpcGetMemHandle(&h, g) == CUDA_ERROR_INVALID_VALUE, "a granule group's IPC handle is refused");
+  check(all_bytes(g, 4 * kBlock, 0x21), "... and its bytes are as written");
+  cu(cuMemFree(g), "cuMemFree");
+  return failures == 0 ? 0 : 1;
+}
+
 int own_mode() {
   if (!start()) return 1;
   // Something of tierrt's first, so that its engine runs.
@@ -290,6 +304,7 @@ int main(int argc, char** argv) {
   if (mode == "export") return export_mode();
   if (mode == "retain") return retain_mode();
   if (mode == "own") return own_mode();
+  if (mode == "group") return group_mode();
   if (mode == "foreign") return foreign_mode();
   if (mode == "foreign-export") return foreign_export_mode();
   std::fprintf(stderr, "ipc_probe: unknown mode '%s' (export, retain, own, foreign)\n", mode.c_str());

@@ -16,4 +16,12 @@ for mode in export retain own foreign; do
     failures=$((failures + 1))
   fi
 done
+# A granule group (remap mode only: copy mode keeps large allocations whole).
+if [[ ${TIERRT_SPILL_MODE:-} == remap ]]; then
+  echo "== group"
+  if ! env SIMDEV_MEM=256MiB TIERRT_GRANULE_BYTES=8MiB TIERRT_LOG=off LD_PRELOAD="$preload" "$probe" group; then
+    echo "FAIL: mode group"
+    failures=$((failures + 1))
+  fi
+fi
 exit $((failures > 0))
