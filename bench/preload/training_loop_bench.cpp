@@ -322,9 +322,15 @@ int run_worker(const Args& args) {
   else if (variant.rfind("tierrt-", 0) != 0)
     die("unknown variant " + variant);
   auto mark_step = reinterpret_cast<void (*)()>(dlsym(RTLD_DEFAULT, "tierrt_mark_step"));
+  auto get_stats = reinterpret_cast<int (*)(tierrt_stats*)>(dlsym(RTLD_DEFAULT, "tierrt_get_stats"));
+  // tierrt's counters when the warm-up steps end: the fetches after it are
+  // the steady state (the planner learns in the first step).
+  tierrt_stats warm{};
+  warm.struct_size = sizeof warm;
 
   std::vector<double> ms;
   for (uint32_t step = 0; step < w.shape.steps; ++step) {
+    if (step == kWarmupSteps && get_stats) (void)get_stats(&warm);
     auto t0 = std::chrono::steady_clock::now();
     if (pooled) pooled->step(step);
     else w.plain_step(step);
@@ -345,7 +351,6 @@ int run_worker(const Args& args) {
 
   // One line for the driver process to read; tierrt's figures when present
   // (its peak is the device memory its blocks held).
-  auto get_stats = reinterpret_cast<int (*)(tierrt_stats*)>(dlsym(RTLD_DEFAULT, "tierrt_get_stats"));
   tierrt_stats st{};
   st.struct_size = sizeof st;
   const bool tiered = get_stats && get_stats(&st) == 0;
@@ -360,6 +365,10 @@ int run_worker(const Args& args) {
                 ull{st.peak_bytes_untiered}, ull{st.spills}, ull{st.fetches}, ull{st.demand_fetches},
                 ull{st.late_fetches}, ull{st.planned_spills}, ull{st.planned_prefetches}, ull{st.d2h_bytes_per_s},
                 ull{st.h2d_bytes_per_s});
+  if (tiered)  // after the warm-up steps
+    std::printf(" steady_fetches=%llu steady_demand=%llu steady_prefetches=%llu steady_late=%llu",
+                ull{st.fetches - warm.fetches}, ull{st.demand_fetches - warm.demand_fetches},
+                ull{st.planned_prefetches - warm.planned_prefetches}, ull{st.late_fetches - warm.late_fetches});
   std::printf("\n");
   std::fflush(stdout);
   return 0;
@@ -495,6 +504,17 @@ void print_table(const std::map<std::string, Result>& results, double link_gbps)
       std::printf("; planner started %.0f spills, %.0f prefetches", r->at("planned_spills"),
                   r->at("planned_prefetches"));
     std::printf("; copies measured %.2f GB/s out, %.2f GB/s in\n", r->at("d2h") / 1e9, r->at("h2d") / 1e9);
+    // The steady state, after the warm-up steps: what share of fetches a
+    // launch had to wait for, and what share of the planner's prefetches
+    // were done in time.
+    const double fetched = r->at("steady_fetches"), prefetched = r->at("steady_prefetches");
+    std::printf("  after %u warm-up steps: demand fetches %.0f of %.0f (%.1f%%)", kWarmupSteps, r->at("steady_demand"),
+                fetched, fetched > 0 ? 100.0 * r->at("steady_demand") / fetched : 0.0);
+    if (prefetched > 0)
+      std::printf("; prefetch hit rate %.1f%% (%.0f of %.0f planned prefetches on time)",
+                  100.0 * std::max(0.0, prefetched - r->at("steady_late")) / prefetched,
+                  std::max(0.0, prefetched - r->at("steady_late")), prefetched);
+    std::printf("\n");
     // Below the modeled link, copies were bound by the host (memcpy, page
     // faults), not by the link: a cost of the simulation as much as tierrt's.
     const double slowest = std::min(r->at("d2h"), r->at("h2d")) / 1e9;
