@@ -53,11 +53,13 @@ Engine::PointerAnswer Engine::tracked_attribute(CUpointer_attribute attr, CUdevi
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: return answer(ipc::exportable_memory() ? 1u : 0u);
     // A block's mapping is its own whatever backs it; a slab slot's is the
     // slab's, as the driver says of its own small allocations.
+    // A granule group's members are one allocation's one mapping to the
+    // application, as cuMemAlloc's would be.
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR:
-      if (const alloc::Block* b = alloc_->lookup(p)) return answer(b->va);
+      if (const alloc::Block* b = alloc_->lookup(p)) return answer(b->group ? b->group->va : b->va);
       return PointerAnswer::Driver;
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
-      if (const alloc::Block* b = alloc_->lookup(p)) return answer(b->mapped);
+      if (const alloc::Block* b = alloc_->lookup(p)) return answer(b->group ? b->group->mapped : b->mapped);
       return PointerAnswer::Driver;
     default: return PointerAnswer::Driver;
   }

@@ -36,6 +36,21 @@ int main(int argc, char** argv) {
     CUdeviceptr temp = 0;
     if (!ok(cuMemAlloc(&temp, temp_bytes), "the step's temporary allocation")) return 1;
     const CUdeviceptr ws = temp;
+    if (step == 0) {
+      // Tiered whole or per granule group, the allocation is one mapping to
+      // the application, as cuMemAlloc's: an interior pointer says so.
+      CUdeviceptr base = 0;
+      std::size_t mapping = 0;
+      const CUdeviceptr inside = temp + temp_bytes / 2;
+      if (!ok(cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR, inside), "mapping base") ||
+          !ok(cuPointerGetAttribute(&mapping, CU_POINTER_ATTRIBUTE_MAPPING_SIZE, inside), "mapping size"))
+        return 1;
+      if (base != temp || mapping < temp_bytes) {
+        std::printf("FAIL: an interior pointer's mapping is [0x%llx, +%zu), not the allocation [0x%llx, +%zu)\n",
+                    static_cast<unsigned long long>(base), mapping, static_cast<unsigned long long>(temp), temp_bytes);
+        return 1;
+      }
+    }
     auto act_at = [&](int l) { return temp + ws_bytes + l * act; };
     auto seed = [&](int l) { return static_cast<std::uint32_t>(step * 1000 + l + 1); };
     mark_phase(TIERRT_PHASE_FORWARD);
