@@ -33,7 +33,11 @@ Allocator::Parts::~Parts() {
     destroy_block(b);
   });
   // Members were destroyed with the blocks; their groups' ranges go now.
-  groups.for_each_live([&](Group* g) { arena.free_address(g->va, g->mapped); });
+  groups.for_each_live([&](Group* g) {
+    (void)uses.forget(g->record, /*synchronize=*/false);
+    uses.unref(g->record->ready.exchange(nullptr));
+    arena.free_address(g->va, g->mapped);
+  });
   for (CUdeviceptr p : raw) (void)TIERRT_CU(cuMemFree, p);
 }
 

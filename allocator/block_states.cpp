@@ -95,7 +95,36 @@ void BlockStates::abort_spill(Block* b, const Lock& l) noexcept {
   ++b->gen;  // the pending copy is discarded when it completes
   ++aborted_;
   set_state(b, State::Resident, l);
+  // The copy only reads the member, and its VA stays: the window is over.
+  if (b->fences) drop_fence(b, l);
   changed_.notify_all();
+}
+
+void BlockStates::raise_fence(Block* member, const Lock& l) noexcept {
+  assert(member->group != nullptr && !member->fences);
+  member->fences = true;
+  raise_group_fence(member->group, l);
+}
+
+void BlockStates::drop_fence(Block* member, const Lock& l) noexcept {
+  assert(member->fences);
+  member->fences = false;
+  drop_group_fence(member->group, l);
+}
+
+void BlockStates::drop_group_fence(Group* g, const Lock&) noexcept {
+  const std::uint32_t was = g->fence.fetch_sub(1, std::memory_order_seq_cst);
+  assert(was > 0);
+  (void)was;
+  changed_.notify_all();
+}
+
+void BlockStates::wait_unfenced(const Group* g, Lock& l, std::span<Block* const> pinned) noexcept {
+  std::optional<PinHolder> waiting;
+  while (g->fence.load(std::memory_order_seq_cst) != 0) {
+    if (!waiting) waiting.emplace(pinned, l, *this);
+    changed_.wait(l);
+  }
 }
 
 void BlockStates::set_lifetime(Block* b, std::uint8_t lifetime) noexcept {

@@ -56,6 +56,17 @@ class BlockStates {
   // whatever its state (an untouched member being mapped is FREED).
   void wait_remapped(const Block* b, Lock& l, std::span<Block* const> pinned) noexcept;
 
+  // ---- granule groups' fences (block.h, Group) ----
+  // A member's spill raises its group's fence (Block::fences).
+  void raise_fence(Block* member, const Lock&) noexcept;
+  // The spill's window ended (remapped, aborted or given up): the fence goes.
+  void drop_fence(Block* member, const Lock&) noexcept;
+  // Until no member of g is in its window; `pinned` as for settle().
+  void wait_unfenced(const Group* g, Lock& l, std::span<Block* const> pinned) noexcept;
+  // A fetch's window, raised and dropped by the mover around it.
+  void raise_group_fence(Group* g, const Lock&) noexcept { g->fence.fetch_add(1, std::memory_order_seq_cst); }
+  void drop_group_fence(Group* g, const Lock&) noexcept;
+
   // ---- the cache of freed blocks ----
   // A cached block of `mapped` bytes (or a bit more) made RESIDENT again.
   Block* reuse(std::size_t mapped, std::size_t size, bool spillable, CUstream s, const Lock&) noexcept;

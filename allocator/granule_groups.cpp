@@ -53,6 +53,7 @@ CUresult Allocator::Parts::allocate_group(CUdeviceptr* out, std::size_t bytes) n
       b->member = made;
       b->untouched = true;
       untouched_bytes += b->size;
+      g->untouched.fetch_add(1, std::memory_order_relaxed);
     }
     members[made] = b;
     if (!arena.table().insert(b->va, b->mapped, reinterpret_cast<std::uintptr_t>(b))) {
@@ -105,12 +106,32 @@ CUresult Allocator::Parts::touch_member(Block* b, std::span<Block* const> pinned
       b->dev = h;
       b->untouched = false;
       untouched_bytes -= b->size;
+      b->group->untouched.fetch_sub(1, std::memory_order_release);
       blocks.set_state(b, State::Resident, l);
     }
   }
   uses.touch(b);
   blocks.remap_done();
   return r;
+}
+
+// A kernel given any address in a group may reach any member: before the
+// first launch naming the group runs, every member has memory behind its VA
+// (a chunk, or later its host copy), so that no access ever meets an unmapped
+// VA. Members past the budget are mapped at the rescue's price: it spills
+// others, members of this group among them.
+CUresult Allocator::Parts::touch_group(Group* g) noexcept {
+  Block** members = groups.members(g);
+  for (std::uint32_t i = 0;; ++i) {
+    Block* b = nullptr;
+    {
+      auto l = blocks.lock();
+      if (i >= g->count || g->untouched.load(std::memory_order_relaxed) == 0) return CUDA_SUCCESS;
+      b = members[i];
+    }
+    if (b == nullptr || !b->untouched.load(std::memory_order_acquire)) continue;
+    if (const CUresult r = touch_member(b, {}); r != CUDA_SUCCESS) return r;
+  }
 }
 
 CUresult Allocator::Parts::free_group(Group* g, CUdeviceptr p) noexcept {
@@ -132,6 +153,7 @@ CUresult Allocator::Parts::free_group(Group* g, CUdeviceptr p) noexcept {
         if (b->untouched) {
           b->untouched = false;
           untouched_bytes -= b->size;
+          g->untouched.fetch_sub(1, std::memory_order_release);
           break;
         }
         State st = State::Freed;
@@ -145,12 +167,20 @@ CUresult Allocator::Parts::free_group(Group* g, CUdeviceptr p) noexcept {
       }
     }
     g->count = 0;  // a second free is refused
+    g->record->state.store(State::Freed, std::memory_order_seq_cst);  // a stale launch names nothing
     --live_groups;
   }
   // Work that used a member (on the device, or over the link) ends before its
   // memory goes: the free waits for it, as a free of a spilled block does.
   // A member whose uses cannot be waited for stays, FREED, until teardown,
   // and with it the group's range.
+  // The group's uses too (a kernel may have reached any member); if they
+  // cannot be waited for, every member stays.
+  {
+    auto l = blocks.lock();  // every member settled: no fetch of the group is under way
+    uses.unref(g->record->ready.exchange(nullptr, std::memory_order_acq_rel));
+  }
+  if (uses.forget(g->record, /*synchronize=*/true) != CUDA_SUCCESS) return CUDA_SUCCESS;
   bool all = true;
   for (std::uint32_t i = 0; i < count; ++i) {
     Block* b = members[i];

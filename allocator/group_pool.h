@@ -35,6 +35,7 @@ class GroupPool {
  private:
   struct Slot {
     Group group;  // first: a Group* is its Slot*
+    Block record;  // the group's use record (Group::record)
     std::unique_ptr<std::atomic<std::uint64_t>[]> bits;
     std::unique_ptr<Block*[]> members;
     std::uint32_t capacity = 0;

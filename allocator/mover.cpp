@@ -25,6 +25,7 @@ struct Mover::Op {
   // A copy was enqueued and could not be waited for: the memory it touches
   // is kept (never reused) rather than released under it.
   bool unsettled = false;
+  bool fenced = false;  // fetch: holds its group's fence
   Op* next = nullptr;  // in the mover's queue
 };
 
@@ -91,12 +92,18 @@ SpillResult Mover::spill(Block* b) noexcept {
     spills_failed_.fetch_add(1, std::memory_order_relaxed);
     return SpillResult::Failed;
   }
-  UseSlot uses[kMaxUseSlots];
+  UseSlot uses[2 * kMaxUseSlots];  // the block's, and its group's
   int nuses = 0;
   SpillResult r = claim_for_spill(op, uses, &nuses);
   if (r != SpillResult::Started) {
     delete op;
     return r;
+  }
+  if (Group* g = b->group) {
+    // The fence is up: no launch naming the group starts, and those being
+    // enqueued finish; the copy then waits for every use of the group.
+    wait_group_unpinned(*g);
+    nuses += uses_.take_refs(g->record, uses + nuses);
   }
   if ((r = enqueue_spill(op, uses, nuses)) != SpillResult::Started) {
     if (r == SpillResult::Failed) spills_failed_.fetch_add(1, std::memory_order_relaxed);
@@ -117,6 +124,9 @@ SpillResult Mover::claim_for_spill(Op* op, UseSlot* uses, int* nuses) noexcept {
   if (st != State::Resident) return SpillResult::AlreadyMoving;
   if (held_ != 0 || b->captured || b->user_pins != 0 || b->ops_pending != 0 || b->ready.load() != nullptr)
     return SpillResult::Busy;
+  // A graph that captured a launch naming the group may reach any member
+  // whenever it is launched.
+  if (b->group != nullptr && b->group->record->captured) return SpillResult::Busy;
   if (!backing_.reserve(*b, &op->host)) {
     blocks_.note_host_full(l);
     return SpillResult::HostFull;
@@ -129,6 +139,7 @@ SpillResult Mover::claim_for_spill(Op* op, UseSlot* uses, int* nuses) noexcept {
     return SpillResult::Busy;
   }
   op->gen = ++b->gen;
+  if (b->group != nullptr) blocks_.raise_fence(b, l);
   blocks_.begin_move(b, Move::Spill, l);
   *nuses = uses_.take_refs(b, uses);
   return SpillResult::Started;
@@ -176,6 +187,7 @@ void Mover::undo_spill(Op* op, SpillResult why) noexcept {
     auto l = blocks_.lock();
     if (why == SpillResult::HostFull) blocks_.note_host_full(l);
     if (b->st() == State::Spilling && b->gen == op->gen) blocks_.set_state(b, State::Resident, l);
+    if (b->fences) blocks_.drop_fence(b, l);  // else an abort dropped it
   }
   blocks_.end_move(b, Move::Spill, false);
   delete op;
@@ -239,9 +251,22 @@ CUresult Mover::enqueue_fetch(Op* op, bool demand, std::span<Block* const> pinne
   // Only a fetch a launch waits for may spill others or pass the budget.
   CUresult r = arena_.obtain_chunk(b->mapped, &op->dev, Claimant{demand, pinned, demand, true});
   if (r != CUDA_SUCCESS) return r;
+  if (Group* g = b->group) {
+    // A kernel of the group may reach the member on its host copy: none may
+    // run from the remap until the copy is enqueued (a later one waits for
+    // it: publish_fetch), and those enqueued before are done first.
+    {
+      auto l = blocks_.lock();
+      blocks_.raise_group_fence(g, l);
+    }
+    op->fenced = true;
+    wait_group_unpinned(*g);
+    uses_.forget(g->record, /*synchronize=*/true);
+  }
   if ((r = backing_.enter_device(b, op->dev)) != CUDA_SUCCESS) {
     arena_.give_chunk(op->dev, b->mapped);
     op->dev = 0;
+    drop_fetch_fence(op);
     return r;
   }
   op->timer = uses_.start_timer(h2d_);
@@ -258,8 +283,25 @@ CUresult Mover::enqueue_fetch(Op* op, bool demand, std::span<Block* const> pinne
     // lost) keeps both, with the chunk's share of the budget, for good.
     if (settle(h2d_) && backing_.undo_enter_device(b) == CUDA_SUCCESS) arena_.give_chunk(op->dev, b->mapped);
     op->dev = 0;
+    drop_fetch_fence(op);
   }
   return r;
+}
+
+void Mover::drop_fetch_fence(Op* op) noexcept {
+  if (!op->fenced) return;
+  op->fenced = false;
+  auto l = blocks_.lock();
+  blocks_.drop_group_fence(op->b->group, l);
+}
+
+void Mover::wait_group_unpinned(const Group& g) noexcept {
+  // Launches that pinned the group before its fence went up are being
+  // enqueued (group pins are taken last): they end soon, and none starts.
+  for (int spins = 0; g.record->pins.load(std::memory_order_seq_cst) != 0; ++spins) {
+    if (spins < 100) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
 }
 
 void Mover::undo_fetch(Op* op) noexcept {
@@ -287,6 +329,14 @@ UseEvent* Mover::publish_fetch(Op* op, bool demand) noexcept {
     b->host = HostCopy{};
     b->ready.store(ev, std::memory_order_release);
     b->remapping = false;
+    if (op->fenced) {
+      // Every later launch naming the group waits for this copy.
+      Block* record = b->group->record;
+      UseTracker::ref(ev);
+      uses_.unref(record->ready.exchange(ev, std::memory_order_acq_rel));
+      op->fenced = false;
+      blocks_.drop_group_fence(b->group, l);
+    }
     blocks_.fetch_queued(l);
   }
   fetches_.fetch_add(1, std::memory_order_relaxed);
@@ -379,6 +429,7 @@ void Mover::finalize_spill(Op* op) noexcept {
       spills_failed_.fetch_add(1, std::memory_order_relaxed);
       ++b->gen;
       blocks_.set_state(b, State::Resident, l);
+      if (b->fences) blocks_.drop_fence(b, l);
     } else {
       b->remapping = true;  // no pins exist (checked above), and none may start
       unmap = true;
@@ -408,6 +459,8 @@ void Mover::finalize_spill(Op* op) noexcept {
     ++b->gen;
     blocks_.set_state(b, State::Resident, l);
   }
+  // The VA is on the host copy (or stays on the chunk): the window is over.
+  if (b->fences) blocks_.drop_fence(b, l);
 }
 
 // Checked in every build: a spill about to unmap its block has no launch
@@ -422,6 +475,7 @@ const char* Mover::broken_spill_invariant(const Block& b) noexcept {
 void Mover::finalize_fetch(Op* op) noexcept {
   Block* b = op->b;
   UseEvent* done = nullptr;
+  UseEvent* group_done = nullptr;
   {
     auto l = blocks_.lock();
     if (b->ready.load() == op->ev) {  // else a free took the event over
@@ -429,8 +483,13 @@ void Mover::finalize_fetch(Op* op) noexcept {
       b->ready.store(nullptr, std::memory_order_release);
       blocks_.set_state(b, State::Resident, l);
     }
+    if (b->group != nullptr && b->group->record->ready.load() == op->ev) {
+      group_done = op->ev;
+      b->group->record->ready.store(nullptr, std::memory_order_release);
+    }
   }
   uses_.unref(done);
+  uses_.unref(group_done);
 }
 
 void Mover::report(const Op& op) noexcept {

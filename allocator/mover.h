@@ -92,6 +92,10 @@ class Mover {
   CUresult enqueue_fetch(Op* op, bool demand, std::span<Block* const> pinned) noexcept;
   void undo_fetch(Op* op) noexcept;
   UseEvent* publish_fetch(Op* op, bool demand) noexcept;
+  // Granule groups (block.h, Group): a fetch's fence dropped on failure, and
+  // the wait of a move whose fence is up for the launches being enqueued.
+  void drop_fetch_fence(Op* op) noexcept;
+  static void wait_group_unpinned(const Group& g) noexcept;
   // The event that completes with the copy just enqueued on `s`.
   CUresult record_done(Op* op, CUstream s) noexcept;
   // the mover thread

@@ -53,6 +53,8 @@ struct Allocator::Parts final : Reclaimer {
   // An untouched member's first use: a device chunk mapped at its VA, the
   // member RESIDENT (or another thread did it meanwhile). Without the lock.
   CUresult touch_member(Block* b, std::span<Block* const> pinned) noexcept;
+  // The first launch naming a group maps every member not yet mapped.
+  CUresult touch_group(Group* g) noexcept;
   // A member's chunk and table entries go; the group's VA range stays.
   void destroy_member(Block* b) noexcept;
 
@@ -61,6 +63,10 @@ struct Allocator::Parts final : Reclaimer {
   CUresult make_resident(Block* b, CUstream s, std::span<Block* const> pinned) noexcept;
   CUresult pin_when_usable(Block* b, std::span<Block* const> pinned, UseEvent** ready) noexcept;
   void note_late_fetch(Block* b, UseEvent* ready) noexcept;
+  // The groups' use records of a launch's list pinned, past their fences.
+  CUresult pin_groups(std::span<Block* const> list, CUstream s) noexcept;
+  // Unpins the list's group records (`records`) or its other blocks.
+  void release_pinned(std::span<Block* const> list, bool records) noexcept;
 
   // Empty slabs back to the device, once the work that used them completed
   // (the rescue waits for it); the bytes released.

@@ -7,8 +7,14 @@
 namespace tierrt::alloc {
 
 CUresult Allocator::ensure_resident(std::span<Block* const> blocks, CUstream stream) noexcept {
+  // A granule group named for the first time: every member mapped first,
+  // with nothing pinned (a kernel may reach any of them).
+  for (Block* b : blocks)
+    if (is_group_record(b) && b->group->untouched.load(std::memory_order_acquire) != 0)
+      if (const CUresult r = p_->touch_group(b->group); r != CUDA_SUCCESS) return r;
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     Block* b = blocks[i];
+    if (is_group_record(b)) continue;  // pinned last
     // Fast path: resident, no fetch pending. Pin first, then look (pairs
     // with a spill's claim: publish SPILLING, then look at pins).
     b->pins.fetch_add(1, std::memory_order_seq_cst);
@@ -19,11 +25,11 @@ CUresult Allocator::ensure_resident(std::span<Block* const> blocks, CUstream str
     p_->blocks.pins_released();  // a rescue may have seen that pin
     const CUresult r = p_->make_resident(b, stream, blocks.first(i));
     if (r != CUDA_SUCCESS) {
-      release(blocks.first(i));
+      p_->release_pinned(blocks.first(i), /*records=*/false);
       return r;
     }
   }
-  return CUDA_SUCCESS;
+  return p_->pin_groups(blocks, stream);
 }
 
 void Allocator::release(std::span<Block* const> blocks) noexcept {
@@ -60,6 +66,61 @@ bool Allocator::unpin(Block* b) noexcept {
   }
   p_->blocks.pins_released();
   return true;
+}
+
+void Allocator::Parts::release_pinned(std::span<Block* const> list, bool records) noexcept {
+  for (Block* b : list)
+    if (is_group_record(b) == records) b->pins.fetch_sub(1, std::memory_order_seq_cst);
+  blocks.pins_released();
+}
+
+// The groups' pins come last, once the members are resident, so that a
+// thread holding one is only enqueueing: a fence waiting for them to go never
+// waits for a thread that waits itself.
+CUresult Allocator::Parts::pin_groups(std::span<Block* const> list, CUstream s) noexcept {
+  for (;;) {
+    const Group* fenced = nullptr;
+    bool freed = false;
+    std::size_t i = 0;
+    for (; i < list.size() && fenced == nullptr && !freed; ++i) {
+      Block* r = list[i];
+      if (!is_group_record(r)) continue;
+      // Pin, then look (pairs with a move: raise the fence, then wait for no pins).
+      r->pins.fetch_add(1, std::memory_order_seq_cst);
+      freed = r->state.load(std::memory_order_seq_cst) != State::Resident;
+      if (!freed && r->group->fence.load(std::memory_order_seq_cst) != 0) fenced = r->group;
+      if (freed || fenced != nullptr) r->pins.fetch_sub(1, std::memory_order_seq_cst);
+    }
+    if (fenced == nullptr && !freed) break;
+    release_pinned(list.first(i - 1), /*records=*/true);
+    if (freed) {  // the group was freed since it was named: as a freed block
+      release_pinned(list, /*records=*/false);
+      return CUDA_ERROR_INVALID_VALUE;
+    }
+    auto l = blocks.lock();
+    blocks.wait_unfenced(fenced, l, list);
+  }
+  // A member fetched for another launch may be reached by this one: its
+  // stream waits for the group's newest fetch (the fetch stream is in order).
+  for (Block* r : list) {
+    if (!is_group_record(r) || r->ready.load(std::memory_order_acquire) == nullptr) continue;
+    UseEvent* ready = nullptr;
+    {
+      auto l = blocks.lock();
+      ready = r->ready.load();
+      if (ready != nullptr) UseTracker::ref(ready);
+    }
+    if (ready == nullptr) continue;
+    CUresult e = TIERRT_CU(cuStreamWaitEvent, s, ready->ev, 0u);
+    if (e != CUDA_SUCCESS) e = UseTracker::wait_host(UseSlot{mover->fetch_stream(), ready});
+    uses.unref(ready);
+    if (e != CUDA_SUCCESS) {
+      release_pinned(list, true);
+      release_pinned(list, false);
+      return e;
+    }
+  }
+  return CUDA_SUCCESS;
 }
 
 CUresult Allocator::Parts::make_resident(Block* b, CUstream s, std::span<Block* const> pinned) noexcept {

@@ -38,7 +38,8 @@ void Engine::collect_extent(alloc::Block* b, CUdeviceptr word, BlockList& out) n
   // A word is where a buffer starts: the buffer reaches at most to where the
   // next one a launch named starts. Where that is wrong the kernel reaches a
   // member nobody named, which remap mode keeps correct: a spilled member's
-  // VA is on its host copy (read over the link).
+  // VA is on its host copy (read over the link), and no member moves while
+  // the launch may run (the group's fence).
   alloc::Group* g = b->group;
   const std::uint32_t i = b->member;
   if (!usable(b) || i >= g->count) return;  // freed since: names nothing
@@ -47,6 +48,9 @@ void Engine::collect_extent(alloc::Block* b, CUdeviceptr word, BlockList& out) n
   const std::uint64_t cap = settings_.granule_extent == 0 ? 0 : (settings_.granule_extent + unit - 1) / unit;
   const std::uint32_t end = g->extent_end(i, cap > UINT32_MAX ? 0 : static_cast<std::uint32_t>(cap));
   out.add(b);
+  // The kernel may reach any member all the same: the group's use record
+  // takes the use, and no member's move runs with it (block.h, Group).
+  out.add(g->record);
   for (std::uint32_t j = i + 1; j < end; ++j)
     if (alloc::Block* m = alloc_->lookup(b->va + (j - i) * unit); m && m->group == g && usable(m)) out.add(m);
 }

@@ -75,46 +75,7 @@ struct HostCopy {
   std::uint64_t bytes = 0;
 };
 
-// A large allocation tiered per granule group (Options::group_bytes, remap
-// mode): one VA range holding `count` member blocks of `unit` bytes each
-// (the last takes the rest), each with its own chunk, state and uses. A
-// member is created untouched (no memory behind its VA) and gets a chunk at
-// its first use. The launch path learns where launches name addresses
-// inside the group (one pair of bits per member, set lock-free) and makes
-// resident the members from a named address up to the next such boundary.
-// Type-stable: a Group is never deleted (a freed one is reused), so that a
-// launch reading a stale member's group reads a group.
-struct Group {
-  CUdeviceptr va = 0;
-  std::size_t bytes = 0;   // asked for
-  std::size_t mapped = 0;  // reserved: bytes rounded to the granularity
-  std::size_t unit = 0;
-  std::uint32_t count = 0;
-  // Two bits per member: 2i, a launch named member i's first byte; 2i + 1,
-  // a launch named an address inside it past its first byte.
-  std::atomic<std::uint64_t>* boundaries = nullptr;
-
-  // A launch named an address in member i (`at_start`: its first byte).
-  void learn(std::uint32_t i, bool at_start) noexcept {
-    const std::uint64_t bit = std::uint64_t{1} << ((2 * i + (at_start ? 0 : 1)) & 63);
-    std::atomic<std::uint64_t>& word = boundaries[(2 * i) / 64];
-    // Read first: once learned, a launch writes nothing (no shared line bounced).
-    if ((word.load(std::memory_order_relaxed) & bit) == 0) word.fetch_or(bit, std::memory_order_relaxed);
-  }
-  // One past the last member a launch naming member i reaches: up to the
-  // next member whose first byte a launch named (excluded) or inside which
-  // one named an address (included: the buffer before it may end there), at
-  // most `cap` members in all.
-  std::uint32_t extent_end(std::uint32_t i, std::uint32_t cap) const noexcept {
-    const std::uint32_t last = cap == 0 || count - i < cap ? count : i + cap;
-    for (std::uint32_t j = i + 1; j < last; ++j) {
-      const std::uint64_t w = boundaries[(2 * j) / 64].load(std::memory_order_relaxed) >> ((2 * j) & 63);
-      if (w & 1) return j;
-      if (w & 2) return j + 1;
-    }
-    return last;
-  }
-};
+struct Group;
 
 struct Block {
   // Identity (fixed while the block is live).
@@ -154,6 +115,7 @@ struct Block {
   Group* group = nullptr;
   std::uint32_t member = 0;
   std::atomic<bool> untouched{false};  // written under alloc.blocks, read by launches
+  bool fences = false;            // a member's spill holds its group's fence (alloc.blocks)
   bool counted_freed = false;     // counted in the FREED statistics (cached)
 
   // Uses not yet known complete, one slot per stream (guarded by alloc.uses).
@@ -168,5 +130,69 @@ struct Block {
 
   State st() const noexcept { return state.load(std::memory_order_acquire); }
 };
+
+// A large allocation tiered per granule group (Options::group_bytes, remap
+// mode): one VA range holding `count` member blocks of `unit` bytes each
+// (the last takes the rest), each with its own chunk, state and uses. A
+// member is created untouched (no memory behind its VA) and gets a chunk at
+// its first use. The launch path learns where launches name addresses
+// inside the group (one pair of bits per member, set lock-free) and makes
+// resident the members from a named address up to the next such boundary.
+// Type-stable: a Group is never deleted (a freed one is reused), so that a
+// launch reading a stale member's group reads a group.
+//
+// The group's fence. An inferred extent may be wrong: a kernel may reach a
+// member no hook told tierrt of. Such a kernel must never run while that
+// member's bytes are copied or its VA remapped (it would write bytes the
+// copy already took, or fault on the unmapped VA). So every launch naming
+// the group also names its use record (`record`: its uses are the group's,
+// and its launch pins are the group's pins, taken last, after the members
+// are resident), and a member's move raises `fence` for its window:
+//   - a spill from its claim until its VA is on the host copy (or it was
+//     aborted); its copy waits for every use of the group, not the member's;
+//   - a fetch from the wait for every use of the group until its copy is
+//     enqueued; every later launch naming the group waits for that copy
+//     (the record's `ready`, the newest fetch: the fetch stream is in order).
+// Invariant: while `fence` is non-zero no launch naming the group is being
+// enqueued (pins: pin, then look at the fence; fence, then wait for no pins).
+// Until every member was touched once, nothing is mapped behind an untouched
+// one: the first launch naming the group touches them all (`untouched`).
+struct Group {
+  CUdeviceptr va = 0;
+  std::size_t bytes = 0;   // asked for
+  std::size_t mapped = 0;  // reserved: bytes rounded to the granularity
+  std::size_t unit = 0;
+  std::uint32_t count = 0;
+  // Two bits per member: 2i, a launch named member i's first byte; 2i + 1,
+  // a launch named an address inside it past its first byte.
+  std::atomic<std::uint64_t>* boundaries = nullptr;
+  Block* record = nullptr;            // the group's use record (Block::slab), type-stable with it
+  std::atomic<std::uint32_t> fence{0};  // member moves in their window
+  std::atomic<std::uint32_t> untouched{0};  // members never mapped (written under alloc.blocks)
+
+  // A launch named an address in member i (`at_start`: its first byte).
+  void learn(std::uint32_t i, bool at_start) noexcept {
+    const std::uint64_t bit = std::uint64_t{1} << ((2 * i + (at_start ? 0 : 1)) & 63);
+    std::atomic<std::uint64_t>& word = boundaries[(2 * i) / 64];
+    // Read first: once learned, a launch writes nothing (no shared line bounced).
+    if ((word.load(std::memory_order_relaxed) & bit) == 0) word.fetch_or(bit, std::memory_order_relaxed);
+  }
+  // One past the last member a launch naming member i reaches: up to the
+  // next member whose first byte a launch named (excluded) or inside which
+  // one named an address (included: the buffer before it may end there), at
+  // most `cap` members in all.
+  std::uint32_t extent_end(std::uint32_t i, std::uint32_t cap) const noexcept {
+    const std::uint32_t last = cap == 0 || count - i < cap ? count : i + cap;
+    for (std::uint32_t j = i + 1; j < last; ++j) {
+      const std::uint64_t w = boundaries[(2 * j) / 64].load(std::memory_order_relaxed) >> ((2 * j) & 63);
+      if (w & 1) return j;
+      if (w & 2) return j + 1;
+    }
+    return last;
+  }
+};
+
+// A granule group's use record: in a launch's list for the whole group.
+inline bool is_group_record(const Block* b) noexcept { return b->slab && b->group != nullptr; }
 
 }  // namespace tierrt::alloc
