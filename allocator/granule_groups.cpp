@@ -78,7 +78,7 @@ CUresult Allocator::Parts::allocate_group(CUdeviceptr* out, std::size_t bytes) n
   return CUDA_SUCCESS;
 }
 
-CUresult Allocator::Parts::touch_member(Block* b, std::span<Block* const> pinned) noexcept {
+CUresult Allocator::Parts::touch_member(Block* b, std::span<Block* const> pinned, bool host_if_full) noexcept {
   {
     auto l = blocks.lock();
     if (!b->untouched) return CUDA_SUCCESS;  // another thread did it, or the group is being freed
@@ -94,7 +94,18 @@ CUresult Allocator::Parts::touch_member(Block* b, std::span<Block* const> pinned
     // Until the member is RESIDENT a rescue elsewhere waits for it, as for
     // a new block.
     const BlockStates::Claim arriving(blocks);
-    r = arena.obtain_chunk(b->mapped, &h, Claimant{true, pinned, true, true});
+    // Mapped for a group's first launch, not for its own use: where the
+    // device is full it starts on the host, and spills nothing.
+    r = arena.obtain_chunk(b->mapped, &h, Claimant{!host_if_full, pinned, !host_if_full, true});
+    if (r == CUDA_ERROR_OUT_OF_MEMORY && host_if_full) {
+      h = 0;
+      if ((r = place_on_host(b)) == CUDA_SUCCESS) {
+        uses.touch(b);
+        blocks.remap_done();
+        return r;
+      }
+      r = arena.obtain_chunk(b->mapped, &h, Claimant{true, pinned, true, true});
+    }
     bool stuck = false;
     if (r == CUDA_SUCCESS && (r = arena.map(b->va, b->mapped, h, nullptr, &stuck)) != CUDA_SUCCESS) {
       if (!stuck) arena.give_chunk(h, b->mapped);  // a chunk still mapped stays there
@@ -123,15 +134,37 @@ CUresult Allocator::Parts::touch_member(Block* b, std::span<Block* const> pinned
 CUresult Allocator::Parts::touch_group(Group* g) noexcept {
   Block** members = groups.members(g);
   for (std::uint32_t i = 0;; ++i) {
-    Block* b = nullptr;
+    Block* b = nullptr;  // looked up under the lock: a free may be clearing the list
     {
       auto l = blocks.lock();
       if (i >= g->count || g->untouched.load(std::memory_order_relaxed) == 0) return CUDA_SUCCESS;
       b = members[i];
     }
     if (b == nullptr || !b->untouched.load(std::memory_order_acquire)) continue;
-    if (const CUresult r = touch_member(b, {}); r != CUDA_SUCCESS) return r;
+    if (const CUresult r = touch_member(b, {}, /*host_if_full=*/true); r != CUDA_SUCCESS) return r;
   }
+}
+
+// An untouched member the device has no room for, mapped onto a host copy
+// as if spilled (its bytes are undefined, as a new allocation's): no copy,
+// no spill of anything else. Claimed (Block::remapping) by the caller.
+CUresult Allocator::Parts::place_on_host(Block* b) noexcept {
+  HostCopy host;
+  if (!backing->reserve(*b, &host)) return CUDA_ERROR_OUT_OF_MEMORY;
+  CUresult r = backing->prepare_spill(b, &host);
+  if (r == CUDA_SUCCESS) r = backing->enter_host(b, host);
+  auto l = blocks.lock();
+  if (r != CUDA_SUCCESS) {
+    backing->release(b, &host);
+    return r;
+  }
+  b->remapping = false;
+  b->host = host;
+  b->untouched = false;
+  untouched_bytes -= b->size;
+  b->group->untouched.fetch_sub(1, std::memory_order_release);
+  blocks.set_state(b, State::Spilled, l);
+  return CUDA_SUCCESS;
 }
 
 CUresult Allocator::Parts::free_group(Group* g, CUdeviceptr p) noexcept {

@@ -42,6 +42,9 @@ class HostBacking {
   // nothing is mapped there and the block is spilled as in copy mode). On
   // failure the VA stays on the device chunk.
   virtual CUresult leave_device(Block* b, const HostCopy& to) noexcept = 0;
+  // A VA nothing was ever mapped at (an untouched group member) onto its
+  // host copy `to` (prepared), as if it had been spilled. Remap only.
+  virtual CUresult enter_host(Block*, const HostCopy&) noexcept { return CUDA_ERROR_NOT_SUPPORTED; }
   // A fetch: the VA onto device chunk `dev`. On failure `dev` is not mapped
   // there and the VA is where a spilled block's is (remap: back on the host
   // copy, if the driver allows; va_on_host says).

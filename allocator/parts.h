@@ -52,7 +52,10 @@ struct Allocator::Parts final : Reclaimer {
   CUresult free_group(Group* g, CUdeviceptr p) noexcept;
   // An untouched member's first use: a device chunk mapped at its VA, the
   // member RESIDENT (or another thread did it meanwhile). Without the lock.
-  CUresult touch_member(Block* b, std::span<Block* const> pinned) noexcept;
+  // `host_if_full`: for its group's first launch, on the host where the
+  // device has no room without a rescue (place_on_host).
+  CUresult touch_member(Block* b, std::span<Block* const> pinned, bool host_if_full = false) noexcept;
+  CUresult place_on_host(Block* b) noexcept;
   // The first launch naming a group maps every member not yet mapped.
   CUresult touch_group(Group* g) noexcept;
   // A member's chunk and table entries go; the group's VA range stays.

@@ -77,6 +77,12 @@ CUresult RemapBacking::leave_device(Block* b, const HostCopy& to) noexcept {
   return CUDA_SUCCESS;
 }
 
+CUresult RemapBacking::enter_host(Block* b, const HostCopy& to) noexcept {
+  const CUresult r = map_host(b->va, b->mapped, to.chunk);
+  b->va_on_host = r == CUDA_SUCCESS;
+  return r;
+}
+
 CUresult RemapBacking::enter_device(Block* b, CUmemGenericAllocationHandle dev) noexcept {
   if (b->va_on_host) {
     const CUresult r = DeviceArena::unmap(b->va, b->mapped);

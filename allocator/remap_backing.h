@@ -19,6 +19,7 @@ class RemapBacking final : public HostBacking {
   CUresult prepare_spill(Block* b, HostCopy* to) noexcept override;
   CUresult copy_to_host(const Block& b, const HostCopy& to, CUstream s) noexcept override;
   CUresult leave_device(Block* b, const HostCopy& to) noexcept override;
+  CUresult enter_host(Block* b, const HostCopy& to) noexcept override;
   CUresult enter_device(Block* b, CUmemGenericAllocationHandle dev) noexcept override;
   CUresult copy_to_device(const Block& b, CUstream s) noexcept override;
   CUresult undo_enter_device(Block* b) noexcept override;

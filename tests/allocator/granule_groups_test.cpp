@@ -2,6 +2,9 @@
 // of member blocks, each mapped at its first use, spilled and fetched on its
 // own, and freed with the allocation. The boundary bits the launch path
 // learns (Group::learn, extent_end) are checked without a device.
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "driver/driver.h"
@@ -141,6 +144,128 @@ TEST_F(Groups, ASpilledMemberIsReadOverTheLinkByAKernelThatWasNotToldOfIt) {
   EXPECT_EQ(h, checksum(want.data(), want.size()));
   EXPECT_EQ(m1->st(), State::Spilled);
   CU_OK(cuMemFree(out));
+  CU_OK(a_->free(p, nullptr));
+}
+
+// The group's fence (block.h, Group): a kernel given member 0 that writes
+// member 1 (an extent inferred too short) is a use of the group. Member 1's
+// spill copies only after it, and a launch naming the group meanwhile waits
+// until member 1's VA is on its host copy.
+TEST_F(Groups, ASpillWaitsForEveryUseOfItsGroupAndLaunchesNamingTheGroupWaitForTheSpill) {
+  const Kernels& k = Env::get().k;
+  CUdeviceptr p = 0, out = 0;
+  CU_OK(a_->allocate(&p, 64 * MiB, nullptr));
+  CU_OK(cuMemAlloc(&out, 8));
+  Block* m0 = a_->lookup(p);
+  Block* m1 = a_->lookup(p + 4 * MiB);
+  Block* group[2] = {m0, m0->group->record};
+  CU_OK(fill(*a_, m0, nullptr, 8));
+  CU_OK(fill(*a_, m1, nullptr, 7));
+  a_->drain();
+  CUstream s = nullptr;
+  CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  late_gate() = false;
+  CU_OK(use_blocks(*a_, group, s, [&] { return launch3(k.fill_late, s, m1->va, 4 * MiB, 99); }));
+  ASSERT_EQ(a_->spill(m1), SpillResult::Started);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_EQ(m1->st(), State::Spilling) << "the copy waits for the kernel that reaches member 1";
+  std::atomic<bool> enqueued{false};
+  std::thread other([&] {
+    Env::get().bind();
+    Block* named[2] = {m0, m0->group->record};
+    EXPECT_EQ(use_blocks(*a_, named, nullptr,
+                         [&] {
+                           enqueued = true;
+                           return launch3(k.sum, nullptr, m0->va, 4 * MiB, out);
+                         }),
+              CUDA_SUCCESS);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_FALSE(enqueued.load()) << "a launch naming the group waits while a member's spill is in its window";
+  late_gate() = true;
+  other.join();
+  EXPECT_TRUE(enqueued.load());
+  a_->drain();
+  EXPECT_EQ(m1->st(), State::Spilled);
+  std::vector<std::uint8_t> got;
+  CU_OK(read(*a_, m1, &got));
+  EXPECT_EQ(got, expected(4 * MiB, 99)) << "the late write went with the spill";
+  CU_OK(cuStreamDestroy(s));
+  CU_OK(cuMemFree(out));
+  CU_OK(a_->free(p, nullptr));
+}
+
+// A fetch remaps the member only once every kernel of the group enqueued
+// before it is done: one reaching the spilled member over the link would
+// otherwise write its host copy after the fetch read it, or fault between
+// the unmap and the map.
+TEST_F(Groups, AFetchWaitsForEveryUseOfItsGroup) {
+  const Kernels& k = Env::get().k;
+  CUdeviceptr p = 0;
+  CU_OK(a_->allocate(&p, 64 * MiB, nullptr));
+  Block* m0 = a_->lookup(p);
+  Block* m1 = a_->lookup(p + 4 * MiB);
+  Block* group[2] = {m0, m0->group->record};
+  CU_OK(fill(*a_, m0, nullptr, 8));
+  CU_OK(fill(*a_, m1, nullptr, 7));
+  a_->drain();
+  ASSERT_EQ(a_->spill(m1), SpillResult::Started);
+  a_->drain();
+  ASSERT_EQ(m1->st(), State::Spilled);
+  CUstream s = nullptr;
+  CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  late_gate() = false;
+  CU_OK(use_blocks(*a_, group, s, [&] { return launch3(k.fill_late, s, m1->va, 4 * MiB, 99); }));
+  std::atomic<bool> read_back{false};
+  std::vector<std::uint8_t> got;
+  std::thread reader([&] {
+    Env::get().bind();
+    EXPECT_EQ(read(*a_, m1, &got), CUDA_SUCCESS);
+    read_back = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  EXPECT_FALSE(read_back.load()) << "the fetch waits for the kernel that reaches member 1 over the link";
+  late_gate() = true;
+  reader.join();
+  EXPECT_EQ(got, expected(4 * MiB, 99));
+  CU_OK(cuStreamDestroy(s));
+  CU_OK(a_->free(p, nullptr));
+}
+
+// A kernel given member 0 may reach a member no launch named: the first
+// launch naming the group maps them all, so nothing faults.
+TEST_F(Groups, TheFirstLaunchNamingAGroupMapsEveryMember) {
+  const Kernels& k = Env::get().k;
+  CUdeviceptr p = 0;
+  CU_OK(a_->allocate(&p, 64 * MiB + 5, nullptr));
+  Block* m0 = a_->lookup(p);
+  Block* m5 = a_->lookup(p + 20 * MiB);
+  Block* group[2] = {m0, m0->group->record};
+  CU_OK(use_blocks(*a_, group, nullptr, [&] { return launch3(k.fill, nullptr, m5->va, 4 * MiB, 5); }));
+  CU_OK(cuCtxSynchronize());
+  EXPECT_EQ(a_->stats().untouched_bytes, 0u);
+  EXPECT_EQ(m5->st(), State::Resident);
+  std::vector<std::uint8_t> got;
+  CU_OK(read(*a_, m5, &got));
+  EXPECT_EQ(got, expected(4 * MiB, 5));
+  CU_OK(a_->free(p, nullptr));
+}
+
+// A graph that captured a launch naming the group may reach any member
+// whenever it is launched: no member spills.
+TEST_F(Groups, ACapturedGroupKeepsEveryMember) {
+  CUdeviceptr p = 0;
+  CU_OK(a_->allocate(&p, 64 * MiB, nullptr));
+  Block* m0 = a_->lookup(p);
+  Block* m1 = a_->lookup(p + 4 * MiB);
+  CU_OK(fill(*a_, m1, nullptr, 1));
+  Block* group[2] = {m0, m0->group->record};
+  CU_OK(a_->ensure_resident(group, nullptr));
+  CU_OK(a_->record_use(group, nullptr, /*capturing=*/true));
+  a_->release(group);
+  a_->drain();
+  EXPECT_EQ(a_->spill(m1), SpillResult::Busy);
+  EXPECT_EQ(m1->st(), State::Resident);
   CU_OK(a_->free(p, nullptr));
 }
 

@@ -21,6 +21,7 @@ namespace bi = boost::intrusive;
 // SPILLING --used or freed before the copy completed--> RESIDENT (abort)
 // RESIDENT --free--> FREED (kept in the cache) --reuse--> RESIDENT
 // SPILLED --free--> FREED (host backing and VA released)
+// FREED --an untouched group member placed on the host--> SPILLED
 enum class State : std::uint8_t { Resident, Spilling, Spilled, Fetching, Freed };
 inline constexpr int kStateCount = 5;
 
@@ -42,7 +43,7 @@ inline constexpr bool kLegalTransition[kStateCount][kStateCount] = {
     /* Spilling */ {true, false, true, false, false},
     /* Spilled  */ {false, false, false, true, true},
     /* Fetching */ {true, false, true, false, false},
-    /* Freed    */ {true, false, false, false, false},
+    /* Freed    */ {true, false, true, false, false},
 };
 constexpr bool legal_transition(State from, State to) noexcept {
   return kLegalTransition[static_cast<int>(from)][static_cast<int>(to)];
