@@ -50,6 +50,8 @@ void BlockStates::set_state(Block* b, State to, const Lock&) noexcept {
   // released the chunk), and nothing the user pinned is spilled.
   assert(to != State::Spilled || (b->dev == 0 && b->user_pins == 0));
   assert(to != State::Resident || b->dev != 0);
+  // Only a member never used starts out spilled: it has no bytes to lose.
+  assert(from != State::Freed || to != State::Spilled || (b->group != nullptr && b->untouched));
   // A block leaving FREED for the first time (brand new) was never counted.
   if (from != State::Freed || b->counted_freed) count(from, b, -1);
   count(to, b, +1);

@@ -160,10 +160,10 @@ CUresult Allocator::Parts::place_on_host(Block* b) noexcept {
   }
   b->remapping = false;
   b->host = host;
+  blocks.set_state(b, State::Spilled, l);  // while still untouched: see set_state
   b->untouched = false;
   untouched_bytes -= b->size;
   b->group->untouched.fetch_sub(1, std::memory_order_release);
-  blocks.set_state(b, State::Spilled, l);
   return CUDA_SUCCESS;
 }
 

@@ -1,5 +1,6 @@
 #include "mover.h"
 
+#include <cassert>
 #include <chrono>
 #include <cstdio>
 #include <new>
@@ -263,6 +264,7 @@ CUresult Mover::enqueue_fetch(Op* op, bool demand, std::span<Block* const> pinne
     wait_group_unpinned(*g);
     uses_.forget(g->record, /*synchronize=*/true);
   }
+  assert(b->group == nullptr || (op->fenced && b->group->enqueuing.load() == 0));
   if ((r = backing_.enter_device(b, op->dev)) != CUDA_SUCCESS) {
     arena_.give_chunk(op->dev, b->mapped);
     op->dev = 0;
@@ -442,7 +444,9 @@ void Mover::finalize_spill(Op* op) noexcept {
   }
   if (!unmap) return;
   // The copy completed (wait_copy saw its event or its stream finish), and
-  // with it every use it waited for: the device chunk may go.
+  // with it every use it waited for: the device chunk may go. No launch
+  // that may reach the member is being enqueued (its group's fence).
+  assert(b->group == nullptr || (b->fences && b->group->enqueuing.load() == 0));
   const CUresult r = backing_.leave_device(b, op->host);
   if (r == CUDA_SUCCESS) arena_.give_chunk(b->dev, b->mapped);
   auto l = blocks_.lock();

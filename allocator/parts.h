@@ -26,6 +26,9 @@
 
 namespace tierrt::alloc {
 
+// A launch naming b's group (b: its use record) released (residency.cpp).
+void note_enqueued(Block* b) noexcept;
+
 struct Allocator::Parts final : Reclaimer {
   explicit Parts(const Options& o) noexcept : opt(o) {}
   ~Parts();

@@ -6,6 +6,25 @@
 
 namespace tierrt::alloc {
 
+namespace {
+
+// Debug builds count the launches past their groups' fence checks
+// (Group::enqueuing), so that a move can assert that none is under way.
+void note_enqueuing([[maybe_unused]] std::span<Block* const> list) noexcept {
+#ifndef NDEBUG
+  for (Block* b : list)
+    if (is_group_record(b)) b->group->enqueuing.fetch_add(1, std::memory_order_seq_cst);
+#endif
+}
+
+}  // namespace
+
+void note_enqueued([[maybe_unused]] Block* b) noexcept {
+#ifndef NDEBUG
+  if (is_group_record(b)) b->group->enqueuing.fetch_sub(1, std::memory_order_seq_cst);
+#endif
+}
+
 CUresult Allocator::ensure_resident(std::span<Block* const> blocks, CUstream stream) noexcept {
   // A granule group named for the first time: every member mapped first,
   // with nothing pinned (a kernel may reach any of them).
@@ -33,7 +52,10 @@ CUresult Allocator::ensure_resident(std::span<Block* const> blocks, CUstream str
 }
 
 void Allocator::release(std::span<Block* const> blocks) noexcept {
-  for (Block* b : blocks) b->pins.fetch_sub(1, std::memory_order_seq_cst);
+  for (Block* b : blocks) {
+    note_enqueued(b);
+    b->pins.fetch_sub(1, std::memory_order_seq_cst);
+  }
   p_->blocks.pins_released();
 }
 
@@ -70,7 +92,10 @@ bool Allocator::unpin(Block* b) noexcept {
 
 void Allocator::Parts::release_pinned(std::span<Block* const> list, bool records) noexcept {
   for (Block* b : list)
-    if (is_group_record(b) == records) b->pins.fetch_sub(1, std::memory_order_seq_cst);
+    if (is_group_record(b) == records) {
+      note_enqueued(b);
+      b->pins.fetch_sub(1, std::memory_order_seq_cst);
+    }
   blocks.pins_released();
 }
 
@@ -91,8 +116,13 @@ CUresult Allocator::Parts::pin_groups(std::span<Block* const> list, CUstream s) 
       if (!freed && r->group->fence.load(std::memory_order_seq_cst) != 0) fenced = r->group;
       if (freed || fenced != nullptr) r->pins.fetch_sub(1, std::memory_order_seq_cst);
     }
-    if (fenced == nullptr && !freed) break;
-    release_pinned(list.first(i - 1), /*records=*/true);
+    if (fenced == nullptr && !freed) {
+      note_enqueuing(list);
+      break;
+    }
+    for (Block* r : list.first(i - 1))  // not past the check: not counted as enqueuing
+      if (is_group_record(r)) r->pins.fetch_sub(1, std::memory_order_seq_cst);
+    blocks.pins_released();
     if (freed) {  // the group was freed since it was named: as a freed block
       release_pinned(list, /*records=*/false);
       return CUDA_ERROR_INVALID_VALUE;

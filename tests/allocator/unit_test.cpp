@@ -122,7 +122,7 @@ TEST(StateMachine, TransitionsAreExactlyTheDesignedOnes) {
            (a == S::Spilling && (b == S::Spilled || b == S::Resident)) ||
            (a == S::Spilled && (b == S::Fetching || b == S::Freed)) ||
            (a == S::Fetching && (b == S::Resident || b == S::Spilled)) ||
-           (a == S::Freed && b == S::Resident);
+           (a == S::Freed && (b == S::Resident || b == S::Spilled));
   };
   for (State a : all)
     for (State b : all)
@@ -131,7 +131,8 @@ TEST(StateMachine, TransitionsAreExactlyTheDesignedOnes) {
   // SPILLED directly, nor SPILLED become RESIDENT without a fetch.
   EXPECT_FALSE(legal_transition(State::Resident, State::Spilled));
   EXPECT_FALSE(legal_transition(State::Spilled, State::Resident));
-  EXPECT_FALSE(legal_transition(State::Freed, State::Spilled));
+  // FREED -> SPILLED holds no bytes yet: an untouched granule-group member
+  // placed on the host (BlockStates::set_state asserts that it is one).
 }
 
 TEST(Budget, ReservesWithinTheLimitAndTracksThePeak) {

@@ -169,6 +169,9 @@ struct Group {
   std::atomic<std::uint64_t>* boundaries = nullptr;
   Block* record = nullptr;            // the group's use record (Block::slab), type-stable with it
   std::atomic<std::uint32_t> fence{0};  // member moves in their window
+  // Debug builds: launches past the fence check and not yet released (the
+  // invariant above, asserted where a member's mapping changes).
+  std::atomic<std::uint32_t> enqueuing{0};
   std::atomic<std::uint32_t> untouched{0};  // members never mapped (written under alloc.blocks)
 
   // A launch named an address in member i (`at_start`: its first byte).
