@@ -56,7 +56,28 @@ class Groups : public ::testing::Test {
     ASSERT_NE(a_, nullptr);
     ASSERT_TRUE(a_->groups_large_allocations());
   }
+  // A 64 MiB group whose members 0 and 1 hold pattern(8) and pattern(7),
+  // spilled member 1 (`spill_m1`), and the two-block list of a launch given
+  // member 0: the member and the group's use record.
+  void two_members(bool spill_m1 = false) {
+    CU_OK(a_->allocate(&p_, 64 * MiB, nullptr));
+    m0_ = a_->lookup(p_);
+    m1_ = a_->lookup(p_ + 4 * MiB);
+    group_[0] = m0_;
+    group_[1] = m0_->group->record;
+    CU_OK(fill(*a_, m1_, nullptr, 7));
+    CU_OK(fill(*a_, m0_, nullptr, 8));
+    a_->drain();
+    if (!spill_m1) return;
+    ASSERT_EQ(a_->spill(m1_), SpillResult::Started);
+    a_->drain();
+    ASSERT_EQ(m1_->st(), State::Spilled);
+  }
   std::unique_ptr<Allocator> a_;
+  CUdeviceptr p_ = 0;
+  Block* m0_ = nullptr;
+  Block* m1_ = nullptr;
+  Block* group_[2] = {};
 };
 
 TEST_F(Groups, MembersCoverTheAllocationAndHoldNothingUntilUsed) {
@@ -122,16 +143,10 @@ TEST_F(Groups, AMemberIsMappedAtItsFirstUseAndMovesOnItsOwn) {
 }
 
 TEST_F(Groups, ASpilledMemberIsReadOverTheLinkByAKernelThatWasNotToldOfIt) {
-  CUdeviceptr p = 0;
-  CU_OK(a_->allocate(&p, 64 * MiB, nullptr));
-  Block* m0 = a_->lookup(p);
-  Block* m1 = a_->lookup(p + 4 * MiB);
-  CU_OK(fill(*a_, m1, nullptr, 7));
-  CU_OK(fill(*a_, m0, nullptr, 8));
-  a_->drain();
-  ASSERT_EQ(a_->spill(m1), SpillResult::Started);
-  a_->drain();
-  ASSERT_EQ(m1->st(), State::Spilled);
+  two_members(/*spill_m1=*/true);
+  CUdeviceptr p = p_;
+  Block* m0 = m0_;
+  Block* m1 = m1_;
   // A checksum kernel over members 0 and 1, made resident for member 0 only
   // (an extent inferred too short): member 1 is read on its host copy.
   CUdeviceptr out = 0;
@@ -153,19 +168,14 @@ TEST_F(Groups, ASpilledMemberIsReadOverTheLinkByAKernelThatWasNotToldOfIt) {
 // until member 1's VA is on its host copy.
 TEST_F(Groups, ASpillWaitsForEveryUseOfItsGroupAndLaunchesNamingTheGroupWaitForTheSpill) {
   const Kernels& k = Env::get().k;
-  CUdeviceptr p = 0, out = 0;
-  CU_OK(a_->allocate(&p, 64 * MiB, nullptr));
+  two_members();
+  CUdeviceptr out = 0;
   CU_OK(cuMemAlloc(&out, 8));
-  Block* m0 = a_->lookup(p);
-  Block* m1 = a_->lookup(p + 4 * MiB);
-  Block* group[2] = {m0, m0->group->record};
-  CU_OK(fill(*a_, m0, nullptr, 8));
-  CU_OK(fill(*a_, m1, nullptr, 7));
-  a_->drain();
+  Block *m0 = m0_, *m1 = m1_;
   CUstream s = nullptr;
   CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   late_gate() = false;
-  CU_OK(use_blocks(*a_, group, s, [&] { return launch3(k.fill_late, s, m1->va, 4 * MiB, 99); }));
+  CU_OK(use_blocks(*a_, group_, s, [&] { return launch3(k.fill_late, s, m1->va, 4 * MiB, 99); }));
   ASSERT_EQ(a_->spill(m1), SpillResult::Started);
   std::this_thread::sleep_for(std::chrono::milliseconds(150));
   EXPECT_EQ(m1->st(), State::Spilling) << "the copy waits for the kernel that reaches member 1";
@@ -192,7 +202,7 @@ TEST_F(Groups, ASpillWaitsForEveryUseOfItsGroupAndLaunchesNamingTheGroupWaitForT
   EXPECT_EQ(got, expected(4 * MiB, 99)) << "the late write went with the spill";
   CU_OK(cuStreamDestroy(s));
   CU_OK(cuMemFree(out));
-  CU_OK(a_->free(p, nullptr));
+  CU_OK(a_->free(p_, nullptr));
 }
 
 // A fetch remaps the member only once every kernel of the group enqueued
@@ -201,21 +211,12 @@ TEST_F(Groups, ASpillWaitsForEveryUseOfItsGroupAndLaunchesNamingTheGroupWaitForT
 // the unmap and the map.
 TEST_F(Groups, AFetchWaitsForEveryUseOfItsGroup) {
   const Kernels& k = Env::get().k;
-  CUdeviceptr p = 0;
-  CU_OK(a_->allocate(&p, 64 * MiB, nullptr));
-  Block* m0 = a_->lookup(p);
-  Block* m1 = a_->lookup(p + 4 * MiB);
-  Block* group[2] = {m0, m0->group->record};
-  CU_OK(fill(*a_, m0, nullptr, 8));
-  CU_OK(fill(*a_, m1, nullptr, 7));
-  a_->drain();
-  ASSERT_EQ(a_->spill(m1), SpillResult::Started);
-  a_->drain();
-  ASSERT_EQ(m1->st(), State::Spilled);
+  two_members(/*spill_m1=*/true);
+  Block* m1 = m1_;
   CUstream s = nullptr;
   CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
   late_gate() = false;
-  CU_OK(use_blocks(*a_, group, s, [&] { return launch3(k.fill_late, s, m1->va, 4 * MiB, 99); }));
+  CU_OK(use_blocks(*a_, group_, s, [&] { return launch3(k.fill_late, s, m1->va, 4 * MiB, 99); }));
   std::atomic<bool> read_back{false};
   std::vector<std::uint8_t> got;
   std::thread reader([&] {
@@ -229,7 +230,7 @@ TEST_F(Groups, AFetchWaitsForEveryUseOfItsGroup) {
   reader.join();
   EXPECT_EQ(got, expected(4 * MiB, 99));
   CU_OK(cuStreamDestroy(s));
-  CU_OK(a_->free(p, nullptr));
+  CU_OK(a_->free(p_, nullptr));
 }
 
 // A kernel given member 0 may reach a member no launch named: the first
@@ -254,19 +255,16 @@ TEST_F(Groups, TheFirstLaunchNamingAGroupMapsEveryMember) {
 // A graph that captured a launch naming the group may reach any member
 // whenever it is launched: no member spills.
 TEST_F(Groups, ACapturedGroupKeepsEveryMember) {
-  CUdeviceptr p = 0;
-  CU_OK(a_->allocate(&p, 64 * MiB, nullptr));
-  Block* m0 = a_->lookup(p);
-  Block* m1 = a_->lookup(p + 4 * MiB);
-  CU_OK(fill(*a_, m1, nullptr, 1));
-  Block* group[2] = {m0, m0->group->record};
-  CU_OK(a_->ensure_resident(group, nullptr));
-  CU_OK(a_->record_use(group, nullptr, /*capturing=*/true));
-  a_->release(group);
+  two_members();
+  Block* m1 = m1_;
+  const std::span<Block* const> named{group_, 2};
+  CU_OK(a_->ensure_resident(named, nullptr));
+  CU_OK(a_->record_use(named, nullptr, /*capturing=*/true));
+  a_->release(named);
   a_->drain();
   EXPECT_EQ(a_->spill(m1), SpillResult::Busy);
   EXPECT_EQ(m1->st(), State::Resident);
-  CU_OK(a_->free(p, nullptr));
+  CU_OK(a_->free(p_, nullptr));
 }
 
 TEST_F(Groups, AGroupIsFreedWholeOnceAndOnlyByItsStart) {
