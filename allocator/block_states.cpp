@@ -3,6 +3,8 @@
 #include <cassert>
 #include <optional>
 
+#include "steady_clock.h"
+
 namespace tierrt::alloc {
 
 BlockStates::~BlockStates() {
@@ -122,11 +124,14 @@ void BlockStates::drop_group_fence(Group* g, const Lock&) noexcept {
 }
 
 void BlockStates::wait_unfenced(const Group* g, Lock& l, std::span<Block* const> pinned) noexcept {
-  std::optional<PinHolder> waiting;
-  while (g->fence.load(std::memory_order_seq_cst) != 0) {
-    if (!waiting) waiting.emplace(pinned, l, *this);
-    changed_.wait(l);
+  if (g->fence.load(std::memory_order_seq_cst) == 0) return;
+  const std::uint64_t t0 = steady_ns();
+  {
+    const PinHolder waiting(pinned, l, *this);
+    while (g->fence.load(std::memory_order_seq_cst) != 0) changed_.wait(l);
   }
+  ++fence_waits_;
+  fence_wait_ns_ += steady_ns() - t0;
 }
 
 void BlockStates::set_lifetime(Block* b, std::uint8_t lifetime) noexcept {
@@ -287,6 +292,9 @@ void BlockStates::fill_stats(Stats* s) noexcept {
   s->cached_bytes = cache_.bytes();
   s->cached_blocks = cache_.count();
   s->spills_aborted = aborted_;
+  s->fenced_moves = fenced_moves_;
+  s->fence_waits = fence_waits_;
+  s->fence_wait_ns = fence_wait_ns_;
   s->spills_refused_host_full = host_full_;
   s->rescues = rescues_;
 }

@@ -64,7 +64,10 @@ class BlockStates {
   // Until no member of g is in its window; `pinned` as for settle().
   void wait_unfenced(const Group* g, Lock& l, std::span<Block* const> pinned) noexcept;
   // A fetch's window, raised and dropped by the mover around it.
-  void raise_group_fence(Group* g, const Lock&) noexcept { g->fence.fetch_add(1, std::memory_order_seq_cst); }
+  void raise_group_fence(Group* g, const Lock&) noexcept {
+    g->fence.fetch_add(1, std::memory_order_seq_cst);
+    ++fenced_moves_;
+  }
   void drop_group_fence(Group* g, const Lock&) noexcept;
 
   // ---- the cache of freed blocks ----
@@ -208,6 +211,7 @@ class BlockStates {
   std::uint64_t state_blocks_[kStateCount] = {}, state_bytes_[kStateCount] = {};
   std::uint64_t lifetime_bytes_[8] = {};
   std::uint64_t aborted_ = 0, rescues_ = 0, host_full_ = 0;
+  std::uint64_t fenced_moves_ = 0, fence_waits_ = 0, fence_wait_ns_ = 0;
 };
 
 template <class F>

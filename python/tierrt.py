@@ -32,6 +32,8 @@ STATS_FIELDS = (
     "d2h_bytes_per_s", "h2d_bytes_per_s", "mispredictions", "steps_learned",
     "spills_aborted", "spills_failed", "fetches_failed", "over_budget", "tiering_stopped",
     "host_placement", "host_numa_node", "host_numa_bytes", "host_unplaced_bytes",
+    "granule_groups", "granule_unused_bytes", "granule_fenced_moves", "granule_fence_waits",
+    "granule_fence_wait_ns",
 )
 
 

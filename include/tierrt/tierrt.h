@@ -79,6 +79,11 @@ typedef struct tierrt_stats {
   uint64_t host_numa_node;          /* the GPU's NUMA node (ON_NODE, UNPLACED), else UINT64_MAX */
   uint64_t host_numa_bytes;         /* host-tier bytes on host_numa_node */
   uint64_t host_unplaced_bytes;     /* copy mode: pinned host-tier bytes on no node or another one */
+  uint64_t granule_groups;          /* allocations tiered per granule group now (TIERRT_GRANULE_BYTES) */
+  uint64_t granule_unused_bytes;    /* their granules never used: no memory behind them */
+  uint64_t granule_fenced_moves;    /* granule moves during which no launch naming their allocation ran */
+  uint64_t granule_fence_waits;     /* launches that waited on the host for such a move */
+  uint64_t granule_fence_wait_ns;   /* how long they waited in all */
 } tierrt_stats;
 
 /* "0.1.0" */

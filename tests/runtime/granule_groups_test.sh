@@ -5,7 +5,7 @@
 # budget of half that peak twice: tiered per block and per granule group.
 # Every run must check every word it wrote (the probe exits 0); granule
 # groups must lower the peak device memory by at least 40% against per-block
-# tiering. Step times are reported (median of the later steps), not
+# tiering, and the report must count the moves their fences covered. Step times are reported (median of the later steps), not
 # asserted: on a shared CPU they are not a property of the code alone.
 # Then a pool sized from cuMemGetInfo with TIERRT_VIRTUAL_MEMINFO=1, larger
 # than the device, runs the caching probe.
@@ -42,7 +42,8 @@ for probe in xla caching; do
   peak=$(field peak_device_mib "$untiered")
   budget=$(awk -v p="$peak" 'BEGIN { printf "%d", p / 2 }')MiB
   run "$probe-per-block" "$exe" TIERRT_DEVICE_BUDGET="$budget"
-  run "$probe-granule" "$exe" TIERRT_DEVICE_BUDGET="$budget" TIERRT_GRANULE_BYTES=64MiB
+  run "$probe-granule" "$exe" TIERRT_DEVICE_BUDGET="$budget" TIERRT_GRANULE_BYTES=64MiB \
+    TIERRT_STATS="$probe-granule.json"
   per_block=$(cat "$probe-per-block.line") grouped=$(cat "$probe-granule.line")
   echo "$probe untiered:  $untiered"
   echo "$probe per block: $per_block (budget $budget)"
@@ -53,6 +54,11 @@ for probe in xla caching; do
     "$(awk -v m="$(field spilled_mib "$grouped")" 'BEGIN { print (m > 0 ? "yes" : "no") }')"
   check "$probe: granule groups lower the peak by at least 40% against per-block tiering" "yes" \
     "$(awk -v b="$block_peak" -v g="$group_peak" 'BEGIN { print (g > 0 && g <= 0.6 * b ? "yes" : "no") }')"
+  # The report counts the groups' fences: every member move raised one.
+  fences=$(python3 -c 'import json, sys; g = json.load(open(sys.argv[1]))["granule_groups"]
+print("yes" if g["fenced_moves"] > 0 and g["fence_waits"] >= 0 and g["live"] == 0 else "no", g)' "$probe-granule.json")
+  check "$probe: the report counts the granule moves fenced" "yes" "${fences%% *}"
+  echo "$probe granule groups in the report: ${fences#* }"
   awk -v u="$(field step_ms "$untiered")" -v b="$(field step_ms "$per_block")" -v g="$(field step_ms "$grouped")" \
     'BEGIN { printf "%s step time: per block %.2fx, granule %.2fx of untiered\n", "'"$probe"'", b / u, g / u }'
 done
