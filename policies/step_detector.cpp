@@ -180,7 +180,12 @@ void segment_by_markers(const Trace& trace, StepDetection& d) {
   auto add = [&](std::size_t b, std::size_t e, bool prologue) {
     const std::size_t tb = token_at(b), te = token_at(e);
     if (tb == te) return;  // nothing happened (a marker at the very end, or two in a row)
-    d.spans.push_back(StepSpan{b, e, tb, te, signature_of(d.tokens, tb, te - tb), 0, prologue});
+    // A span without a launch (the frees of a program's exit after its last
+    // marker) is no step: nothing in it runs on the device.
+    const bool launches = std::any_of(d.tokens.begin() + static_cast<std::ptrdiff_t>(tb),
+                                      d.tokens.begin() + static_cast<std::ptrdiff_t>(te),
+                                      [&](const Token& t) { return trace[t.event].kind == EventKind::Launch; });
+    d.spans.push_back(StepSpan{b, e, tb, te, signature_of(d.tokens, tb, te - tb), 0, prologue || !launches});
   };
   if (marks.front() > 0) add(0, marks.front(), true);
   for (std::size_t m = 0; m < marks.size(); ++m)

@@ -48,16 +48,35 @@ class Model {
     r_.late_ns.assign(tl.blocks.size(), 0);
     r_.demanded.assign(tl.blocks.size(), 0);
     r_.launch_start_ns.assign(tl.ops.size() + 1, 0);
+    std::vector<std::uint32_t> lazy_before;  // lazy blocks from before the step
     for (std::uint32_t b = 0; b < tl.blocks.size(); ++b) {
       const BlockRecord& rec = tl.blocks[b];
       const std::uint32_t end = rec.free_op == kNever ? static_cast<std::uint32_t>(tl.ops.size()) : rec.free_op;
       if (rec.predates_step()) {
-        if (end > 0) blocks_[b].state = State::Resident, dev_ += rec.bytes;
+        if (end > 0 && rec.lazy) lazy_before.push_back(b);
+        else if (end > 0) blocks_[b].state = State::Resident, dev_ += rec.bytes;
         frees_at_[end].push_back(b);
       } else if (rec.alloc_op < end) {
         allocs_at_[rec.alloc_op].push_back(b);
         frees_at_[end].push_back(b);
       }
+    }
+    // Granule-group members from before the step (a pool allocated once) are
+    // where the steps before left them: the device holds those used first,
+    // as far as the budget goes, and the rest are on the host.
+    auto first_use = [&](std::uint32_t b) {
+      const BlockRecord& rec = tl.blocks[b];
+      return rec.use_count() > 0 ? tl.block_uses[rec.uses_begin] : kNone;
+    };
+    std::stable_sort(lazy_before.begin(), lazy_before.end(),
+                     [&](std::uint32_t x, std::uint32_t y) { return first_use(x) < first_use(y); });
+    for (std::uint32_t b : lazy_before) {
+      if (dev_ + bytes(b) > o_.budget) {
+        blocks_[b].state = State::Spilled;
+        continue;
+      }
+      blocks_[b].state = State::Resident;
+      dev_ += bytes(b);
     }
     note_device();
   }
@@ -359,15 +378,32 @@ class Model {
       }
     }
     if (!ready) return false;
+    // A lazy block (a granule-group member) this launch does not name takes
+    // the device only where it has room then, else starts on the host.
+    auto named_here = [&](std::uint32_t b) {
+      const auto named = tl_.blocks_of(op);
+      return std::find(named.begin(), named.end(), b) != named.end();
+    };
+    auto placed_later = [&](std::uint32_t b) { return tl_.blocks[b].lazy && !named_here(b); };
     std::uint64_t need = 0;
-    for (std::uint32_t b : allocs_at_[op]) need += bytes(b);
+    for (std::uint32_t b : allocs_at_[op])
+      if (!placed_later(b)) need += bytes(b);
     if (dev_ + need > o_.budget && !force) {
       make_room(dev_ + need - o_.budget, op);
       // Wait while something is leaving, or a fetch in flight may become a victim.
       if (leaving_bytes() > 0 || h2d_.busy) return false;
       // Nothing can leave: proceed over budget (reported) rather than deadlock.
     }
-    for (std::uint32_t b : allocs_at_[op]) blocks_[b].state = State::Resident, blocks_[b].last_use = now_;
+    for (std::uint32_t b : allocs_at_[op]) {
+      if (placed_later(b)) {
+        if (dev_ + need + bytes(b) > o_.budget) {
+          blocks_[b].state = State::Spilled;  // its bytes are undefined: nothing to copy
+          continue;
+        }
+        need += bytes(b);
+      }
+      blocks_[b].state = State::Resident, blocks_[b].last_use = now_;
+    }
     dev_ += need;
     note_device();
     r_.launch_start_ns[op] = now_;

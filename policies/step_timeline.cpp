@@ -22,7 +22,7 @@ class TimelineBuilder {
   void feed(const Event& e) {
     switch (e.kind) {
       case EventKind::Alloc: {
-        LiveBlock b{e.b, Role::Unknown, kNoLayer};
+        LiveBlock b{e.b, Role::Unknown, kNoLayer, (e.sub & kAllocLazy) != 0};
         live_[e.a] = b;
         add_block(e.a, b, next_ordinal_++);
         break;
@@ -100,6 +100,7 @@ class TimelineBuilder {
     r.alloc_op = static_cast<std::uint32_t>(tl_.ops.size());
     r.role = b.role;
     r.layer = b.layer;
+    r.lazy = b.lazy;
     index_[id] = static_cast<std::uint32_t>(tl_.blocks.size());
     tl_.blocks.push_back(r);
   }
@@ -115,7 +116,7 @@ class TimelineBuilder {
 }  // namespace
 
 void track_live(LiveBlocks& live, const Event& e) {
-  if (e.kind == EventKind::Alloc) live[e.a] = LiveBlock{e.b, Role::Unknown, kNoLayer};
+  if (e.kind == EventKind::Alloc) live[e.a] = LiveBlock{e.b, Role::Unknown, kNoLayer, (e.sub & kAllocLazy) != 0};
   if (e.kind == EventKind::Free) live.erase(e.a);
   if (e.kind == EventKind::Tag) {
     auto it = live.find(e.a);

@@ -186,7 +186,7 @@ CUresult Engine::allocate(CUdeviceptr* out, size_t bytes, CUstream app_stream) n
     add_live(static_cast<std::int64_t>(bytes));
     // A granule group's members are blocks to the planner and the recording.
     if (listening()) for_each_member(b, [&](alloc::Block* m) {
-      emit(policy::Event::alloc(m->va, m->size, streams_.id(stream)));
+      emit(policy::Event::alloc(m->va, m->size, streams_.id(stream), /*lazy=*/m->group != nullptr));
     });
     sample(SampleKind::Alloc, b->va, bytes);
   }

@@ -52,6 +52,7 @@ bool sub_is_valid(EventKind kind, std::uint8_t sub) {
     case EventKind::Phase: return sub <= static_cast<std::uint8_t>(Phase::Other);
     case EventKind::CopyRate: return sub <= static_cast<std::uint8_t>(CopyDir::HostToDevice);
     case EventKind::Tag: return sub < kRoleCount;
+    case EventKind::Alloc: return sub <= kAllocLazy;
     default: return sub == 0;
   }
 }

@@ -132,5 +132,51 @@ TEST_P(RandomTraces, ModelInvariantsHoldForEveryPolicy) {
 
 INSTANTIATE_TEST_SUITE_P(Seeds, RandomTraces, ::testing::Range<std::uint64_t>(1, 401));
 
+// Four 100 MB granule-group members allocated at once (lazy), each named by
+// one launch of 10 ms, under a budget of 200 MB: members the device has no
+// room for start on the host, as the runtime places them, rather than pass
+// the budget. The same blocks allocated eagerly cannot fit.
+SimResult four_members(bool lazy, bool before_the_step = false) {
+  constexpr std::uint64_t kMB = 1'000'000;
+  Trace t;
+  auto allocs = [&] {
+    for (BlockId b = 1; b <= 4; ++b) t.push_back(Event::alloc(b, 100 * kMB, 0, lazy));
+  };
+  if (before_the_step) allocs();  // a pool taken once, before the steps that use it
+  t.push_back(Event::step(0));
+  if (!before_the_step) allocs();
+  for (LaunchSeq i = 0; i < 4; ++i) t.push_back(Event::launch(i, 10'000'000)), t.push_back(Event::use(i + 1, i));
+  if (!before_the_step)
+    for (BlockId b = 1; b <= 4; ++b) t.push_back(Event::free(b));
+  const StepTimeline tl = analyse_trace(t).steps.at(0);
+  const LinkModel link{"1GB/s", 1e9, 1e9};
+  auto lru = make_policy("lru");
+  const auto plans = lru->plan_step(StepContext{200 * kMB, link, &tl});
+  return simulate_step(tl, plans, *lru, SimOptions{200 * kMB, link, false, {}});
+}
+
+TEST(LazyBlocks, StartOnTheHostWhereTheDeviceHasNoRoom) {
+  const SimResult lazy = four_members(true);
+  EXPECT_EQ(lazy.over_budget_bytes, 0u);
+  EXPECT_LE(lazy.peak_bytes, 200'000'000u);
+  // Members 3 and 4 start on the host (nothing copied out to place them),
+  // come in when named, and each pushes out one member used before.
+  EXPECT_EQ(lazy.bytes_h2d, 200'000'000u);
+  EXPECT_EQ(lazy.bytes_d2h, 200'000'000u);
+  const SimResult eager = four_members(false);
+  EXPECT_GT(eager.over_budget_bytes, 0u) << "allocated at once, 400 MB cannot fit 200 MB";
+}
+
+// The same members allocated before the step (a pool taken once): the step
+// starts with those it uses first on the device, as far as the budget goes.
+TEST(LazyBlocks, FromBeforeTheStepStartWhereTheBudgetLeavesThem) {
+  const SimResult lazy = four_members(true, /*before_the_step=*/true);
+  EXPECT_EQ(lazy.over_budget_bytes, 0u);
+  EXPECT_LE(lazy.peak_bytes, 200'000'000u);
+  EXPECT_EQ(lazy.bytes_h2d, 200'000'000u) << "members 3 and 4 come in when named";
+  const SimResult eager = four_members(false, /*before_the_step=*/true);
+  EXPECT_GT(eager.over_budget_bytes, 0u) << "blocks from before the step are taken as resident";
+}
+
 }  // namespace
 }  // namespace tierrt::policy

@@ -126,6 +126,20 @@ TEST(StepDetection, NoRepetitionIsOneStep) {
   EXPECT_EQ(d.step_count(), 1u);
 }
 
+// A marker at the end of each step leaves the program's exit (frees, no
+// launch) after the last one: no step, so no replay models it.
+TEST(StepDetection, ASpanWithoutALaunchAfterTheLastMarkerIsNoStep) {
+  auto o = test::tiny_options(test::tiny_dense(), 3);
+  o.step_markers = true;
+  Trace t = synthesize(o);
+  t.push_back(Event::step(99));
+  t.push_back(Event::alloc(12345, 4096));
+  t.push_back(Event::free(12345));
+  const auto d = detect_steps(t);
+  ASSERT_EQ(steps_of(d).size(), 3u);
+  EXPECT_EQ(steps_of(d).back()->end_event, t.size() - 3) << "the last step ends at the last marker";
+}
+
 TEST(CommonPrefix, StopsAtTheFirstDifference) {
   EXPECT_EQ(common_prefix({1, 2, 3}, {1, 2, 4, 3}), 2u);  // once off track, stays off
   EXPECT_EQ(common_prefix({1, 2, 3}, {1, 2}), 2u);

@@ -17,7 +17,7 @@ namespace tierrt::policy {
 namespace {
 
 Trace sample() {
-  return {Event::alloc(1, 4096, 2), Event::launch(0, 1500), Event::use(1, 0, 2), Event::phase(Phase::Backward),
+  return {Event::alloc(1, 4096, 2), Event::alloc(2, 8192, 0, /*lazy=*/true), Event::launch(0, 1500), Event::use(1, 0, 2), Event::phase(Phase::Backward),
           Event::copy_rate(CopyDir::HostToDevice, 53'000'000'000ull), Event::tag(1, Role::Query, 7),
           Event::sync(), Event::step(3), Event::free(1)};
 }
@@ -104,6 +104,13 @@ TEST(TraceFile, RejectsUnknownKindEvenWithAValidChecksum) {
   bad[kTraceHeaderBytes + kTraceRecordBytes] = std::byte{42};  // second record's kind
   reseal_body(bad);
   EXPECT_EQ(error_of(bad), "t.trace: corrupt trace: event 1 has unknown kind 42");
+}
+
+TEST(TraceFile, RejectsAnAllocWithASubFieldPastLazy) {
+  auto bad = encode_trace(sample());
+  bad[kTraceHeaderBytes + 1] = std::byte{2};  // the first record's sub-field
+  reseal_body(bad);
+  EXPECT_EQ(error_of(bad), "t.trace: corrupt trace: event 0 (alloc) has an invalid sub-field 2");
 }
 
 TEST(TraceFile, RejectsTrailingGarbage) {

@@ -9,10 +9,13 @@
 # asserted: on a shared CPU they are not a property of the code alone.
 # Then a pool sized from cuMemGetInfo with TIERRT_VIRTUAL_MEMINFO=1, larger
 # than the device, runs the caching probe.
-# Usage: granule_groups_test.sh XLA_PROBE CACHING_PROBE LIBTIERRT
+# The granule runs are recorded, and tierrt-replay replays each recording at
+# granule level: its tierrt policy holds the run's budget (members start on
+# the host where the device has no room, as in the run) and moves memory.
+# Usage: granule_groups_test.sh XLA_PROBE CACHING_PROBE LIBTIERRT TIERRT_REPLAY
 # TIERRT_TEST_PRELOAD_PREFIX names a sanitizer runtime to preload first.
 set -uo pipefail
-xla=$(realpath "$1") caching=$(realpath "$2") lib=$(realpath "$3")
+xla=$(realpath "$1") caching=$(realpath "$2") lib=$(realpath "$3") replay=$(realpath "$4")
 preload=${TIERRT_TEST_PRELOAD_PREFIX:+$TIERRT_TEST_PRELOAD_PREFIX:}$lib
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -43,7 +46,7 @@ for probe in xla caching; do
   budget=$(awk -v p="$peak" 'BEGIN { printf "%d", p / 2 }')MiB
   run "$probe-per-block" "$exe" TIERRT_DEVICE_BUDGET="$budget"
   run "$probe-granule" "$exe" TIERRT_DEVICE_BUDGET="$budget" TIERRT_GRANULE_BYTES=64MiB \
-    TIERRT_STATS="$probe-granule.json"
+    TIERRT_STATS="$probe-granule.json" TIERRT_RECORD="$probe-granule.trace"
   per_block=$(cat "$probe-per-block.line") grouped=$(cat "$probe-granule.line")
   echo "$probe untiered:  $untiered"
   echo "$probe per block: $per_block (budget $budget)"
@@ -59,6 +62,14 @@ for probe in xla caching; do
 print("yes" if g["fenced_moves"] > 0 and g["fence_waits"] >= 0 and g["live"] == 0 else "no", g)' "$probe-granule.json")
   check "$probe: the report counts the granule moves fenced" "yes" "${fences%% *}"
   echo "$probe granule groups in the report: ${fences#* }"
+  gib=$(awk -v b="${budget%MiB}" 'BEGIN { printf "%.6f", b / 1024 }')
+  "$replay" replay --trace "$probe-granule.trace" --budget-gib "$gib" --policies none,tierrt >"$probe-replay.out" \
+    2>"$probe-replay.err"
+  check "$probe: tierrt-replay replays the granule recording" "0" "$?"
+  row=$(awk '$1 == "tierrt"' "$probe-replay.out")
+  echo "$probe replayed at granule level: $row"
+  check "$probe: replayed, tierrt holds the budget" "held" "$(awk '{ print $NF }' <<<"$row")"
+  check "$probe: replayed, tierrt moves memory" "yes" "$(awk '{ print ($6 > 0 ? "yes" : "no") }' <<<"$row")"
   awk -v u="$(field step_ms "$untiered")" -v b="$(field step_ms "$per_block")" -v g="$(field step_ms "$grouped")" \
     'BEGIN { printf "%s step time: per block %.2fx, granule %.2fx of untiered\n", "'"$probe"'", b / u, g / u }'
 done

@@ -41,6 +41,8 @@ enum class Role : std::uint8_t {
 inline constexpr std::uint8_t kRoleCount = static_cast<std::uint8_t>(Role::Temporary) + 1;
 
 inline constexpr StreamId kAllStreams = 0xffffffffu;
+// An Alloc's sub-field: a granule-group member (tierrt's runtime, TIERRT_GRANULE_BYTES).
+inline constexpr std::uint8_t kAllocLazy = 1;
 inline constexpr std::uint32_t kNoLayer = 0xffffffffu;
 
 // One fixed-size record; the meaning of a and b depends on kind (see EventKind).
@@ -51,8 +53,10 @@ struct Event {
   std::uint64_t a = 0;
   std::uint64_t b = 0;
 
-  static Event alloc(BlockId block, std::uint64_t bytes, StreamId s = 0) {
-    return {EventKind::Alloc, 0, s, block, bytes};
+  // `lazy`: the block holds no memory until work names it, and starts on the
+  // host (no copy) where the device has no room then (kAllocLazy).
+  static Event alloc(BlockId block, std::uint64_t bytes, StreamId s = 0, bool lazy = false) {
+    return {EventKind::Alloc, lazy ? kAllocLazy : std::uint8_t{0}, s, block, bytes};
   }
   static Event free(BlockId block, StreamId s = 0) { return {EventKind::Free, 0, s, block, 0}; }
   static Event launch(LaunchSeq seq, std::uint64_t duration_ns, StreamId s = 0) {

@@ -39,6 +39,7 @@ struct BlockRecord {
   Role role = Role::Unknown;           // from Tag events, only for ground truth and named baselines
   std::uint32_t layer = kNoLayer;
   LifetimeClass cls = LifetimeClass::Transient;
+  bool lazy = false;  // no memory until used, on the host where the device is full (kAllocLazy)
 
   bool predates_step() const { return ordinal == kNoOrdinal; }
   std::uint32_t use_count() const { return uses_end - uses_begin; }
@@ -79,6 +80,7 @@ struct LiveBlock {
   std::uint64_t bytes = 0;
   Role role = Role::Unknown;
   std::uint32_t layer = kNoLayer;
+  bool lazy = false;  // kAllocLazy
 };
 using LiveBlocks = std::unordered_map<BlockId, LiveBlock>;
 
