@@ -9,6 +9,7 @@
 
 #include "phys_pool.h"
 #include "state.h"
+#include "unmap_reaper.h"
 
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22  // Linux 5.14; older kernels answer EINVAL, and pages fault in on use
@@ -139,18 +140,26 @@ CUresult AddressSpace::free_reservation(uint64_t base, uint64_t size) {
   // Whatever is still mapped goes with the reservation, as with the driver.
   wait_until_unused(base, base + size);
   if (!map_none(base, size)) return CUDA_ERROR_UNKNOWN;
-  ghosts_.erase(ghosts_.lower_bound(base), ghosts_.lower_bound(base + size));  // gone with the range
+  // Gone with the range; one moved off it still holds a region of its own.
+  for (auto g = ghosts_.lower_bound(base); g != ghosts_.lower_bound(base + size); ++g)
+    if (g->second.at != 0) bury(g->first, g->second);
+  ghosts_.erase(ghosts_.lower_bound(base), ghosts_.lower_bound(base + size));
   reservations_.erase(it);
   free_va(base, size);
   drop_dead_ghosts();
   return CUDA_SUCCESS;
 }
 
+void AddressSpace::bury(uint64_t va, const Ghost& g) {
+  if (g.at == 0) map_none(va, g.size);
+  else unmap_later(g.area, g.area_size);
+}
+
 void AddressSpace::drop_ghosts(uint64_t begin, uint64_t end) {
   auto it = ghosts_.lower_bound(begin);
   if (it != ghosts_.begin() && std::prev(it)->first + std::prev(it)->second.size > begin) --it;
   while (it != ghosts_.end() && it->first < end) {
-    map_none(it->first, it->second.size);
+    bury(it->first, it->second);
     it = ghosts_.erase(it);
   }
 }
@@ -158,12 +167,37 @@ void AddressSpace::drop_ghosts(uint64_t begin, uint64_t end) {
 void AddressSpace::drop_dead_ghosts() {
   for (auto it = ghosts_.begin(); it != ghosts_.end();) {
     if (it->second.phys.expired()) {
-      map_none(it->first, it->second.size);  // its pages go back to the pool, or to the kernel
+      bury(it->first, it->second);  // its pages go back to the pool, or to the kernel
       it = ghosts_.erase(it);
     } else {
       ++it;
     }
   }
+}
+
+bool AddressSpace::move_to_ghost(uint64_t va, uint64_t size, Ghost* g) {
+  // A region aligned to the granularity, so that whole page-table pages move.
+  const uint64_t area_size = size + kGranularity;
+  void* p = mmap(nullptr, area_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (p == MAP_FAILED) return false;
+  const uint64_t area = reinterpret_cast<uint64_t>(p);
+  const uint64_t at = (area + kGranularity - 1) & ~uint64_t{kGranularity - 1};
+  // MREMAP_DONTUNMAP (Linux 5.13 for shared memory) leaves the VA mapped,
+  // with no page tables: never a hole another thread's mmap could be given.
+  // Replacing that empty mapping with PROT_NONE then costs nothing.
+  if (mremap(reinterpret_cast<void*>(va), size, size, MREMAP_MAYMOVE | MREMAP_FIXED | MREMAP_DONTUNMAP,
+             reinterpret_cast<void*>(at)) == MAP_FAILED) {
+    munmap(p, area_size);
+    return false;  // an older kernel, or the range spans two of Linux's mappings: nothing moved
+  }
+  if (!map_none(va, size)) {
+    unmap_later(area, area_size);  // the VA still maps the memory (refaulted on use)
+    return false;
+  }
+  g->at = at;
+  g->area = area;
+  g->area_size = area_size;
+  return true;
 }
 
 std::shared_ptr<PhysAlloc> AddressSpace::new_phys(uint64_t size, const CUmemAllocationProp& prop,
@@ -282,8 +316,14 @@ CUresult AddressSpace::map(uint64_t va, uint64_t size, uint64_t offset, CUmemGen
   bool revived = g != ghosts_.end() && g->second.size == size && g->second.offset == offset &&
                  g->second.phys.lock() == phys;
   bool filled = revived && g->second.filled;
-  if (revived) {
+  Ghost moved;
+  if (revived && g->second.at != 0) {
+    // Moved off the VA, which holds nothing (no access yet, as a fresh
+    // mapping has none): it comes back with the first access granted.
+    moved = g->second;
     ghosts_.erase(g);
+  } else if (revived) {
+    ghosts_.erase(g);  // in place, PROT_NONE
   } else {
     drop_ghosts(va, va + size);
     void* p = mmap(reinterpret_cast<void*>(va), size, PROT_NONE, MAP_SHARED | MAP_FIXED, phys->fd,
@@ -296,8 +336,34 @@ CUresult AddressSpace::map(uint64_t va, uint64_t size, uint64_t offset, CUmemGen
   m.offset = offset;
   m.filled = Mapping::FillFlag(filled);
   m.phys = std::move(phys);
+  m.ghost_at = moved.at;
+  m.ghost_area = moved.area;
+  m.ghost_area_size = moved.area_size;
+  m.ghost_prot = moved.prot;
   r->maps.emplace(va, std::move(m));
   return CUDA_SUCCESS;
+}
+
+bool AddressSpace::take_ghost_back(Mapping& m) {
+  const uint64_t at = m.ghost_at, area = m.ghost_area, area_size = m.ghost_area_size;
+  m.ghost_at = m.ghost_area = m.ghost_area_size = 0;
+  // Replaces the PROT_NONE placeholder at the VA in one step.
+  if (mremap(reinterpret_cast<void*>(at), m.size, m.size, MREMAP_MAYMOVE | MREMAP_FIXED,
+             reinterpret_cast<void*>(m.va)) != MAP_FAILED) {
+    // What is left of its region (unpopulated) goes now, never the hole the
+    // move left: another mapping may be given that address at once.
+    if (at > area) munmap(reinterpret_cast<void*>(area), at - area);
+    const uint64_t tail = area + area_size - (at + m.size);
+    if (tail != 0) munmap(reinterpret_cast<void*>(at + m.size), tail);
+    m.applied_prot = m.ghost_prot;
+    return true;
+  }
+  unmap_later(area, area_size);
+  // The same memory afresh: its pages fault in again.
+  m.filled.v.store(false);
+  m.applied_prot = PROT_NONE;
+  return mmap(reinterpret_cast<void*>(m.va), m.size, PROT_NONE, MAP_SHARED | MAP_FIXED, m.phys->fd,
+              static_cast<off_t>(m.offset)) != MAP_FAILED;
 }
 
 CUresult AddressSpace::unmap(uint64_t va, uint64_t size) {
@@ -322,10 +388,21 @@ CUresult AddressSpace::unmap(uint64_t va, uint64_t size) {
   constexpr size_t kMaxGhosts = 4096;
   for (auto m = first; m != it; ++m) {
     const Mapping& mp = m->second;
-    bool ghost = mp.phys->resident && ghosts_.size() < kMaxGhosts &&
-                 mprotect(reinterpret_cast<void*>(mp.va), mp.size, PROT_NONE) == 0;
-    if (ghost) ghosts_[mp.va] = Ghost{mp.size, mp.offset, mp.phys, mp.filled.v.load()};
-    else if (!map_none(mp.va, mp.size)) return CUDA_ERROR_UNKNOWN;
+    Ghost g{mp.size, mp.offset, mp.phys, mp.filled.v.load()};
+    g.prot = mp.applied_prot;
+    const bool keep = mp.phys->resident && ghosts_.size() < kMaxGhosts;
+    if (mp.ghost_at != 0) {  // never taken back: still off the VA
+      g.at = mp.ghost_at, g.area = mp.ghost_area, g.area_size = mp.ghost_area_size, g.prot = mp.ghost_prot;
+      ghosts_[mp.va] = g;
+    } else if (keep && move_to_ghost(mp.va, mp.size, &g)) {
+      drop_ghosts(mp.va, mp.va + mp.size);  // an older ghost of this VA, moved off it too
+      ghosts_[mp.va] = g;
+    } else if (keep && mprotect(reinterpret_cast<void*>(mp.va), mp.size, PROT_NONE) == 0) {
+      drop_ghosts(mp.va, mp.va + mp.size);
+      ghosts_[mp.va] = g;
+    } else if (!map_none(mp.va, mp.size)) {
+      return CUDA_ERROR_UNKNOWN;
+    }
   }
   r->maps.erase(first, it);
   drop_dead_ghosts();
@@ -659,7 +736,12 @@ int AddressSpace::prot_in_view(const Reservation& r, const Mapping& m, int view)
 
 bool AddressSpace::reprotect_locked(const Reservation& r, Mapping& m, bool wait) {
   int want = prot_in_view(r, m, view_);
-  if (want == m.applied_prot) return true;
+  if (want == m.applied_prot && m.ghost_at == 0) return true;
+  if (m.ghost_at != 0) {
+    if (want == PROT_NONE) return true;  // nothing at the VA: no access, as asked
+    if (!take_ghost_back(m)) return false;
+    if (want == m.applied_prot) return true;
+  }
   // A copy still using memory that is about to lose access finishes first.
   if (wait && (m.applied_prot & ~want)) wait_until_unused(m.va, m.va + m.size, false);
   if (mprotect(reinterpret_cast<void*>(m.va), m.size, want) != 0) return false;

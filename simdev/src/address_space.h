@@ -47,6 +47,12 @@ struct Mapping {
   CUmemAccess_flags host_access = CU_MEM_ACCESS_FLAGS_PROT_NONE;
   CUmemAccess_flags per_device[kMaxDevices] = {};  // what cuMemSetAccess gave each device
   int applied_prot = 0;  // the protection its pages have now (PROT_*)
+  // Mapped again where a ghost moved off this VA waits (AddressSpace::Ghost):
+  // the VA holds nothing until a protection other than PROT_NONE is applied,
+  // which moves the ghost back, page tables and all (ghost_prot: the
+  // protection it has). 0: none.
+  uint64_t ghost_at = 0, ghost_area = 0, ghost_area_size = 0;
+  int ghost_prot = 0;
   // Its page tables are filled (resident memory): by the first copy or
   // memset that touches it (begin_use), inside the copy's modeled time.
   struct FillFlag {
@@ -237,11 +243,27 @@ class AddressSpace {
   // tiering allocator does with its chunks, then refills nothing. Only
   // simdev's bookkeeping (reservations_) says what is mapped; a ghost goes
   // once its VA is mapped otherwise or freed, or its memory released.
+  // A ghost is moved off its VA where Linux allows (`at`: mremap took its
+  // page tables to a private region [area, area + area_size), and the VA
+  // holds nothing): cuMemUnmap then costs microseconds instead of a walk of
+  // every page-table entry, and the ghost's teardown, when it goes, is left to
+  // another thread (unmap_reaper.h). `at` 0: the ghost is in place, PROT_NONE.
   struct Ghost {
     uint64_t size = 0, offset = 0;
     std::weak_ptr<PhysAlloc> phys;
     bool filled = false;
+    uint64_t at = 0, area = 0, area_size = 0;
+    int prot = 0;  // a moved ghost's protection
   };
+  // Moves the mapping at [va, va + size) off the VA into a ghost (false:
+  // Linux would not, nothing changed).
+  bool move_to_ghost(uint64_t va, uint64_t size, Ghost* g);
+  // Tears a ghost down: in place, the VA goes back to PROT_NONE anonymous
+  // memory; moved, its private region goes (later, on another thread).
+  static void bury(uint64_t va, const Ghost& g);
+  // A mapping whose ghost waits (Mapping::ghost_at) takes it back at its VA
+  // (false: it could not, and the VA maps its memory afresh).
+  static bool take_ghost_back(Mapping& m);
   std::map<uint64_t, Ghost> ghosts_;  // by VA
   uint64_t next_handle_ = 1, next_buffer_id_ = 1;
   // Allocations of other processes opened with cuIpcOpenMemHandle: by the

@@ -185,3 +185,59 @@ TEST_F(SimdevTest, RemapToHostReturnsDeviceCapacity) {
   ASSERT_CU(cuMemRelease(hh));
   ASSERT_CU(cuMemAddressFree(va, size));
 }
+
+// A chunk unmapped and mapped again at its VA (a tiering allocator's fetch
+// into a spare) keeps its bytes, whether its access was granted in between
+// or not; another chunk mapped there shows its own. simdev keeps an unmapped
+// chunk's page tables off the VA (a ghost) and brings them back with the
+// access: none of that may show.
+TEST_F(SimdevTest, MemoryMappedAgainAtItsVaKeepsItsBytes) {
+  CUmemAllocationProp dp = prop_for(CU_MEM_LOCATION_TYPE_DEVICE, device());
+  const size_t g = granularity(dp);
+  const size_t size = 8 * g;
+  CUdeviceptr va = 0;
+  ASSERT_CU(cuMemAddressReserve(&va, size, g, 0, 0));
+  CUmemAccessDesc acc{};
+  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  acc.location.id = device();
+  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  CUmemGenericAllocationHandle a = 0, b = 0;
+  ASSERT_CU(cuMemCreate(&a, size, &dp, 0));
+  ASSERT_CU(cuMemCreate(&b, size, &dp, 0));
+  auto map = [&](CUmemGenericAllocationHandle h, bool grant) {
+    ASSERT_CU(cuMemMap(va, size, 0, h, 0));
+    if (grant) {
+      ASSERT_CU(cuMemSetAccess(va, size, &acc, 1));
+    }
+  };
+  auto last_word = [&] {
+    uint32_t w = 0;
+    EXPECT_CU(cuMemcpyDtoH(&w, va + size - 4, 4));
+    return w;
+  };
+  map(b, true);
+  ASSERT_CU(cuMemsetD32(va, 0xbbbbbbbbu, size / 4));
+  ASSERT_CU(cuCtxSynchronize());  // a memset may still be queued: unmapping under it would fault it
+  ASSERT_CU(cuMemUnmap(va, size));
+  map(a, true);
+  ASSERT_CU(cuMemsetD32(va, 0xaaaaaaaau, size / 4));
+  ASSERT_CU(cuCtxSynchronize());
+  ASSERT_CU(cuMemUnmap(va, size));
+  map(a, true);
+  EXPECT_EQ(0xaaaaaaaau, last_word()) << "mapped again, access granted";
+  ASSERT_CU(cuMemUnmap(va, size));
+  map(a, false);  // unmapped again before any access was granted
+  ASSERT_CU(cuMemUnmap(va, size));
+  map(a, true);
+  EXPECT_EQ(0xaaaaaaaau, last_word()) << "mapped twice more, access granted only the second time";
+  ASSERT_CU(cuMemUnmap(va, size));
+  map(b, true);
+  EXPECT_EQ(0xbbbbbbbbu, last_word()) << "another chunk at the VA";
+  ASSERT_CU(cuMemUnmap(va, size));
+  ASSERT_CU(cuMemRelease(b));
+  map(a, true);
+  EXPECT_EQ(0xaaaaaaaau, last_word());
+  ASSERT_CU(cuMemUnmap(va, size));
+  ASSERT_CU(cuMemRelease(a));
+  ASSERT_CU(cuMemAddressFree(va, size));
+}
