@@ -138,6 +138,7 @@ TEST_F(Groups, AMemberIsMappedAtItsFirstUseAndMovesOnItsOwn) {
   EXPECT_EQ(m3->st(), State::Spilled) << "reading its neighbour fetched nothing";
   CU_OK(read(*a_, m3, &got));
   EXPECT_EQ(got, expected(4 * MiB, 33));
+  a_->drain();  // the mover finalises the fetch on its own thread (FETCHING until then)
   EXPECT_EQ(m3->st(), State::Resident);
   CU_OK(a_->free(p, nullptr));
 }
