@@ -48,6 +48,10 @@ CUresult Mover::start() noexcept {
   };
   if (pthread_create(&thread_, nullptr, body, this) != 0) return CUDA_ERROR_OPERATING_SYSTEM;
   running_ = true;
+  // The thread's one driver call of its own happens now, not at some later
+  // moment of the application's (where it would be a surprise to a count).
+  std::unique_lock<RankedMutex> l(queue_mu_);
+  queued_.wait(l, [&] { return bound_; });
   return CUDA_SUCCESS;
 }
 
@@ -367,6 +371,8 @@ void Mover::queue(Op* op) noexcept {
 void Mover::run() noexcept {
   (void)TIERRT_CU(cuCtxSetCurrent, arena_.context());
   std::unique_lock<RankedMutex> l(queue_mu_);
+  bound_ = true;
+  queued_.notify_all();
   for (;;) {
     queued_.wait(l, [&] { return stopping_ || queue_head_ != nullptr; });
     if (queue_head_ == nullptr) return;  // stopping, and nothing left

@@ -129,6 +129,7 @@ class Mover {
   Op* queue_head_ = nullptr;  // oldest first
   Op* queue_tail_ = nullptr;
   bool stopping_ = false;
+  bool bound_ = false;  // the thread made the context current (start() waits for it)
   pthread_t thread_{};
   bool running_ = false;
   int held_ = 0;  // guarded by alloc.blocks
