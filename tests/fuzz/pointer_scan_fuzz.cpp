@@ -108,9 +108,11 @@ class TablesProgram {
     const Unit target = take_unit(in_);
     auto unit_at = [&](unsigned i) { return base + 0x1000 * (Unit{i} + 1); };
     for (unsigned i = 0; i < n; ++i) tables_->wrote(unit_at(i), 0, 64, {&target, 1}, 8, 16, false);
+    // The units written wrap past 2^64 as unit_at does (the distance is
+    // taken modulo 2^64 too): a base near the top writes small units.
     std::erase_if(least_, [&](const auto& entry) {
-      const Unit u = entry.first;
-      return u > base && (u - base) % 0x1000 == 0 && (u - base) / 0x1000 <= n;
+      const Unit d = entry.first - base;
+      return d != 0 && d % 0x1000 == 0 && d / 0x1000 <= n;
     });
     auto lock = tables_->lock();
     for (unsigned i = 0; i < n; i += 1 + n / 16) {
