@@ -93,8 +93,10 @@ const char* tierrt_version(void);
 void tierrt_mark_step(void);
 void tierrt_mark_phase(tierrt_phase phase);
 
-/* Advice about the allocation containing ptr. 0 when taken, -1 when ptr is
- * not a tracked block, the advice is unknown, or tierrt is not running. */
+/* Advice about the allocation containing ptr (in an allocation tiered per
+ * granule group, TIERRT_GRANULE_BYTES: the granule group holding ptr). 0 when
+ * taken, -1 when ptr is not a tracked block, the advice is unknown, or tierrt
+ * is not running. */
 int tierrt_advise(const void* ptr, tierrt_advice advice);
 
 /* Fills *out (up to out->struct_size bytes). 0, or -1 when tierrt is not
