@@ -129,8 +129,8 @@ CUresult Allocator::Parts::touch_member(Block* b, std::span<Block* const> pinned
 // A kernel given any address in a group may reach any member: before the
 // first launch naming the group runs, every member has memory behind its VA
 // (a chunk, or later its host copy), so that no access ever meets an unmapped
-// VA. Members past the budget are mapped at the rescue's price: it spills
-// others, members of this group among them.
+// VA. A member the budget has no room for starts on the host (place_on_host):
+// nothing is spilled for a member no launch asked for.
 CUresult Allocator::Parts::touch_group(Group* g) noexcept {
   Block** members = groups.members(g);
   for (std::uint32_t i = 0;; ++i) {

@@ -28,12 +28,16 @@ void note_enqueued([[maybe_unused]] Block* b) noexcept {
 CUresult Allocator::ensure_resident(std::span<Block* const> blocks, CUstream stream) noexcept {
   // A granule group named for the first time: every member mapped first,
   // with nothing pinned (a kernel may reach any of them).
-  for (Block* b : blocks)
-    if (is_group_record(b) && b->group->untouched.load(std::memory_order_acquire) != 0)
+  bool groups = false;
+  for (Block* b : blocks) {
+    if (!is_group_record(b)) continue;
+    groups = true;
+    if (b->group->untouched.load(std::memory_order_acquire) != 0)
       if (const CUresult r = p_->touch_group(b->group); r != CUDA_SUCCESS) return r;
+  }
   for (std::size_t i = 0; i < blocks.size(); ++i) {
     Block* b = blocks[i];
-    if (is_group_record(b)) continue;  // pinned last
+    if (groups && is_group_record(b)) continue;  // pinned last
     // Fast path: resident, no fetch pending. Pin first, then look (pairs
     // with a spill's claim: publish SPILLING, then look at pins).
     b->pins.fetch_add(1, std::memory_order_seq_cst);
@@ -48,7 +52,7 @@ CUresult Allocator::ensure_resident(std::span<Block* const> blocks, CUstream str
       return r;
     }
   }
-  return p_->pin_groups(blocks, stream);
+  return groups ? p_->pin_groups(blocks, stream) : CUDA_SUCCESS;
 }
 
 void Allocator::release(std::span<Block* const> blocks) noexcept {

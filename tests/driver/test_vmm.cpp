@@ -208,6 +208,29 @@ TEST_F(VmmTest, MapSetAccessUseUnmap) {
   EXPECT_CU(h.release());
 }
 
+// Physical memory keeps its bytes while unmapped: mapped again at the same
+// VA (a tiering allocator's chunk going back where it was) and given access,
+// it reads what was written before.
+TEST_F(VmmTest, MemoryMappedAgainAtItsVaKeepsItsBytes) {
+  const size_t size = 2 * gran_;
+  Reservation r(size, gran_);
+  ASSERT_CU(r.status());
+  Physical h(size, dev_prop_);
+  ASSERT_CU(h.status());
+  CUmemAccessDesc acc = device_rw(device());
+  const size_t words = size / 4;
+  ASSERT_CU(cuMemMap(r.va(), size, 0, h.get(), 0));
+  ASSERT_CU(cuMemSetAccess(r.va(), size, &acc, 1));
+  ASSERT_CU(contract::fill_u32(kernels(), nullptr, r.va(), 7u, words));
+  ASSERT_CU(cuCtxSynchronize());
+  ASSERT_CU(cuMemUnmap(r.va(), size));
+  ASSERT_CU(cuMemMap(r.va(), size, 0, h.get(), 0));
+  ASSERT_CU(cuMemSetAccess(r.va(), size, &acc, 1));
+  expect_words(r.va(), std::vector<uint32_t>(words, 7u));
+  ASSERT_CU(cuMemUnmap(r.va(), size));
+  EXPECT_CU(h.release());
+}
+
 TEST_F(VmmTest, HandleMayBeReleasedWhileMapped) {
   const size_t size = gran_;
   Reservation r(size, gran_);
@@ -530,6 +553,32 @@ TEST_F(VmmTest, KernelOnMappedVaWithoutAccessIsIllegalAddress) {
     // Mapped, but no cuMemSetAccess: the device may not touch it.
     const CUresult r = work_result(contract::fill_u32(kernels(), nullptr, va, 1u, 64));
     return expect_illegal_and_sticky(r, "kernel on a mapped VA without access");
+  });
+}
+
+// The same memory mapped again where it was used, before cuMemSetAccess:
+// no access, as for a fresh mapping (the earlier mapping's access is gone).
+TEST_F(VmmTest, KernelOnMemoryMappedAgainWithoutAccessIsIllegalAddress) {
+  expect_child_returns_zero([this] {
+    CUdeviceptr va = 0;
+    CUmemGenericAllocationHandle h = 0;
+    if (CUresult r = cuMemAddressReserve(&va, gran_, gran_, 0, 0); r != CUDA_SUCCESS)
+      return child_fail(1, "cuMemAddressReserve", r, CUDA_SUCCESS);
+    if (CUresult r = cuMemCreate(&h, gran_, &dev_prop_, 0); r != CUDA_SUCCESS)
+      return child_fail(2, "cuMemCreate", r, CUDA_SUCCESS);
+    if (CUresult r = cuMemMap(va, gran_, 0, h, 0); r != CUDA_SUCCESS)
+      return child_fail(3, "cuMemMap", r, CUDA_SUCCESS);
+    CUmemAccessDesc acc = device_rw(device());
+    if (CUresult r = cuMemSetAccess(va, gran_, &acc, 1); r != CUDA_SUCCESS)
+      return child_fail(4, "cuMemSetAccess", r, CUDA_SUCCESS);
+    if (CUresult r = work_result(contract::fill_u32(kernels(), nullptr, va, 1u, 64)); r != CUDA_SUCCESS)
+      return child_fail(5, "kernel while mapped", r, CUDA_SUCCESS);
+    if (CUresult r = cuMemUnmap(va, gran_); r != CUDA_SUCCESS)
+      return child_fail(6, "cuMemUnmap", r, CUDA_SUCCESS);
+    if (CUresult r = cuMemMap(va, gran_, 0, h, 0); r != CUDA_SUCCESS)
+      return child_fail(7, "cuMemMap again", r, CUDA_SUCCESS);
+    const CUresult r = work_result(contract::add_one_u32(kernels(), nullptr, va, 64));
+    return expect_illegal_and_sticky(r, "kernel on memory mapped again without access");
   });
 }
 

@@ -21,6 +21,14 @@ CUmemAllocationProp prop_for(CUmemLocationType type, int id) {
   return p;
 }
 
+CUmemAccessDesc device_rw(int dev) {
+  CUmemAccessDesc acc{};
+  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+  acc.location.id = dev;
+  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  return acc;
+}
+
 size_t granularity(const CUmemAllocationProp& p) {
   size_t g = 0;
   EXPECT_CU(cuMemGetAllocationGranularity(&g, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
@@ -156,10 +164,7 @@ TEST_F(SimdevTest, RemapToHostReturnsDeviceCapacity) {
   ASSERT_CU(cuMemAddressReserve(&va, size, g, 0, 0));
   EXPECT_EQ(dev0, sim().device_bytes_in_use());  // a reservation costs nothing
 
-  CUmemAccessDesc acc{};
-  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  acc.location.id = device();
-  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  const CUmemAccessDesc acc = device_rw(device());
   CUmemGenericAllocationHandle dh = 0, hh = 0;
   ASSERT_CU(cuMemCreate(&dh, size, &dp, 0));
   ASSERT_CU(cuMemMap(va, size, 0, dh, 0));
@@ -197,10 +202,7 @@ TEST_F(SimdevTest, MemoryMappedAgainAtItsVaKeepsItsBytes) {
   const size_t size = 8 * g;
   CUdeviceptr va = 0;
   ASSERT_CU(cuMemAddressReserve(&va, size, g, 0, 0));
-  CUmemAccessDesc acc{};
-  acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-  acc.location.id = device();
-  acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+  const CUmemAccessDesc acc = device_rw(device());
   CUmemGenericAllocationHandle a = 0, b = 0;
   ASSERT_CU(cuMemCreate(&a, size, &dp, 0));
   ASSERT_CU(cuMemCreate(&b, size, &dp, 0));
