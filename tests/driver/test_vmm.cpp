@@ -493,6 +493,24 @@ CUresult work_result(CUresult enqueue) {
   return cuCtxSynchronize();
 }
 
+// In a child: `gran` bytes reserved at *va, made at *h, mapped with access,
+// used by a kernel, then unmapped. 0, or child_fail's code for the step that failed.
+int used_then_unmapped(const contract::Kernels& k, const CUmemAllocationProp& prop, CUdevice dev, size_t gran,
+                       CUdeviceptr* va, CUmemGenericAllocationHandle* h) {
+  if (CUresult r = cuMemAddressReserve(va, gran, gran, 0, 0); r != CUDA_SUCCESS)
+    return child_fail(1, "cuMemAddressReserve", r, CUDA_SUCCESS);
+  if (CUresult r = cuMemCreate(h, gran, &prop, 0); r != CUDA_SUCCESS)
+    return child_fail(2, "cuMemCreate", r, CUDA_SUCCESS);
+  if (CUresult r = cuMemMap(*va, gran, 0, *h, 0); r != CUDA_SUCCESS) return child_fail(3, "cuMemMap", r, CUDA_SUCCESS);
+  CUmemAccessDesc acc = device_rw(dev);
+  if (CUresult r = cuMemSetAccess(*va, gran, &acc, 1); r != CUDA_SUCCESS)
+    return child_fail(4, "cuMemSetAccess", r, CUDA_SUCCESS);
+  if (CUresult r = work_result(contract::fill_u32(k, nullptr, *va, 1u, 64)); r != CUDA_SUCCESS)
+    return child_fail(5, "kernel while mapped", r, CUDA_SUCCESS);
+  if (CUresult r = cuMemUnmap(*va, gran); r != CUDA_SUCCESS) return child_fail(6, "cuMemUnmap", r, CUDA_SUCCESS);
+  return 0;
+}
+
 int expect_illegal_and_sticky(CUresult got, const char* what) {
   if (got != CUDA_ERROR_ILLEGAL_ADDRESS)
     return child_fail(10, what, got, CUDA_ERROR_ILLEGAL_ADDRESS);
@@ -519,20 +537,7 @@ TEST_F(VmmTest, KernelOnUnmappedAfterUseVaIsIllegalAddress) {
   expect_child_returns_zero([this] {
     CUdeviceptr va = 0;
     CUmemGenericAllocationHandle h = 0;
-    if (CUresult r = cuMemAddressReserve(&va, gran_, gran_, 0, 0); r != CUDA_SUCCESS)
-      return child_fail(1, "cuMemAddressReserve", r, CUDA_SUCCESS);
-    if (CUresult r = cuMemCreate(&h, gran_, &dev_prop_, 0); r != CUDA_SUCCESS)
-      return child_fail(2, "cuMemCreate", r, CUDA_SUCCESS);
-    if (CUresult r = cuMemMap(va, gran_, 0, h, 0); r != CUDA_SUCCESS)
-      return child_fail(3, "cuMemMap", r, CUDA_SUCCESS);
-    CUmemAccessDesc acc = device_rw(device());
-    if (CUresult r = cuMemSetAccess(va, gran_, &acc, 1); r != CUDA_SUCCESS)
-      return child_fail(4, "cuMemSetAccess", r, CUDA_SUCCESS);
-    if (CUresult r = work_result(contract::fill_u32(kernels(), nullptr, va, 1u, 64));
-        r != CUDA_SUCCESS)
-      return child_fail(5, "kernel while mapped", r, CUDA_SUCCESS);
-    if (CUresult r = cuMemUnmap(va, gran_); r != CUDA_SUCCESS)
-      return child_fail(6, "cuMemUnmap", r, CUDA_SUCCESS);
+    if (int failed = used_then_unmapped(kernels(), dev_prop_, device(), gran_, &va, &h)) return failed;
     if (CUresult r = cuMemRelease(h); r != CUDA_SUCCESS)
       return child_fail(7, "cuMemRelease", r, CUDA_SUCCESS);
     const CUresult r = work_result(contract::add_one_u32(kernels(), nullptr, va, 64));
@@ -562,19 +567,7 @@ TEST_F(VmmTest, KernelOnMemoryMappedAgainWithoutAccessIsIllegalAddress) {
   expect_child_returns_zero([this] {
     CUdeviceptr va = 0;
     CUmemGenericAllocationHandle h = 0;
-    if (CUresult r = cuMemAddressReserve(&va, gran_, gran_, 0, 0); r != CUDA_SUCCESS)
-      return child_fail(1, "cuMemAddressReserve", r, CUDA_SUCCESS);
-    if (CUresult r = cuMemCreate(&h, gran_, &dev_prop_, 0); r != CUDA_SUCCESS)
-      return child_fail(2, "cuMemCreate", r, CUDA_SUCCESS);
-    if (CUresult r = cuMemMap(va, gran_, 0, h, 0); r != CUDA_SUCCESS)
-      return child_fail(3, "cuMemMap", r, CUDA_SUCCESS);
-    CUmemAccessDesc acc = device_rw(device());
-    if (CUresult r = cuMemSetAccess(va, gran_, &acc, 1); r != CUDA_SUCCESS)
-      return child_fail(4, "cuMemSetAccess", r, CUDA_SUCCESS);
-    if (CUresult r = work_result(contract::fill_u32(kernels(), nullptr, va, 1u, 64)); r != CUDA_SUCCESS)
-      return child_fail(5, "kernel while mapped", r, CUDA_SUCCESS);
-    if (CUresult r = cuMemUnmap(va, gran_); r != CUDA_SUCCESS)
-      return child_fail(6, "cuMemUnmap", r, CUDA_SUCCESS);
+    if (int failed = used_then_unmapped(kernels(), dev_prop_, device(), gran_, &va, &h)) return failed;
     if (CUresult r = cuMemMap(va, gran_, 0, h, 0); r != CUDA_SUCCESS)
       return child_fail(7, "cuMemMap again", r, CUDA_SUCCESS);
     const CUresult r = work_result(contract::add_one_u32(kernels(), nullptr, va, 64));
