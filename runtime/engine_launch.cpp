@@ -221,8 +221,7 @@ void Engine::note_launch(const BlockList& blocks, CUstream key, bool capturing) 
   if (recorder_ && recorder_->events_on()) recorder_->launch(seq, sid, named);
   if (policy_) {
     // Under capture, timing the launch would put the clock's event into the graph.
-    policy_->post_launch(seq, sid, key, !capturing);
-    for (alloc::Block* b : named) policy_->post(policy::Event::use(b->va, seq, sid));
+    policy_->post_launch(seq, sid, key, !capturing, named);
   }
   // Residency over time, every 256 launches: enough to draw, cheap to keep.
   if ((seq & 255) == 0) sample(SampleKind::Launches, sid, 0);

@@ -1,5 +1,6 @@
 #include "runtime/policy_thread.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <stdexcept>
@@ -42,10 +43,16 @@ void PolicyThread::post(const policy::Event& e) noexcept {
   push(e, e.kind != policy::EventKind::Use, e.kind == policy::EventKind::Step);
 }
 
-void PolicyThread::post_launch(policy::LaunchSeq seq, policy::StreamId sid, CUstream stream, bool may_time) noexcept {
-  const policy::Event launch = policy::Event::launch(seq, 0, sid);
-  if (may_time && DeviceClock::due(seq) && clock_.record(seq, stream)) push(TimedLaunch{launch}, true, false);
-  else push(launch, true, false);
+void PolicyThread::post_launch(policy::LaunchSeq seq, policy::StreamId sid, CUstream stream, bool may_time,
+                               std::span<alloc::Block* const> named) noexcept {
+  LaunchUses l;
+  l.launch = policy::Event::launch(seq, 0, sid);
+  l.timed = may_time && DeviceClock::due(seq) && clock_.record(seq, stream);
+  const std::size_t inline_uses = std::min(named.size(), kUsesPerSlot);
+  for (std::size_t i = 0; i < inline_uses; ++i) l.blocks[i] = named[i]->va;
+  l.count = static_cast<std::uint8_t>(inline_uses);
+  push(l, true, false);
+  for (alloc::Block* b : named.subspan(inline_uses)) push(policy::Event::use(b->va, seq, sid), false, false);
 }
 
 void PolicyThread::post_demand_fetch(policy::BlockId block) noexcept { push(DemandFetch{block}, false, false); }
@@ -166,14 +173,19 @@ void PolicyThread::run() {
 void PolicyThread::handle(const Message& m, std::uint64_t ns) {
   if (const auto* e = std::get_if<policy::Event>(&m)) {
     feed(*e, ns);
-  } else if (const auto* t = std::get_if<TimedLaunch>(&m)) {
-    if (samples_.size() - samples_read_ < DeviceClock::kSlots) samples_.push_back(t->launch.a);
-    feed(t->launch, ns);
+  } else if (const auto* l = std::get_if<LaunchUses>(&m)) {
+    handle_launch(*l, ns);
   } else if (const auto* d = std::get_if<DemandFetch>(&m)) {
     report_demand_fetch(*d);
   } else {
     report_late_fetch(std::get<LateFetch>(m));
   }
+}
+
+void PolicyThread::handle_launch(const LaunchUses& l, std::uint64_t ns) {
+  if (l.timed && samples_.size() - samples_read_ < DeviceClock::kSlots) samples_.push_back(l.launch.a);
+  feed(l.launch, ns);
+  for (std::uint8_t i = 0; i < l.count; ++i) feed(policy::Event::use(l.blocks[i], l.launch.a, l.launch.stream), 0);
 }
 
 // A report names a block by address; one from before the step is not the plan's.

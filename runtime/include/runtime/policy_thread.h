@@ -56,9 +56,13 @@ class PolicyThread {
   void stop() noexcept;
 
   void post(const policy::Event& e) noexcept;
-  // Launch `seq` went out on `stream`; `may_time` unless timing it on the
-  // device could disturb the stream (it is capturing a graph).
-  void post_launch(policy::LaunchSeq seq, policy::StreamId sid, CUstream stream, bool may_time) noexcept;
+  // Launch `seq` went out on `stream`, naming `named`; `may_time` unless
+  // timing it on the device could disturb the stream (it is capturing a
+  // graph). One slot carries the launch and its first kUsesPerSlot blocks;
+  // the rest (rare) follow as use events.
+  void post_launch(policy::LaunchSeq seq, policy::StreamId sid, CUstream stream, bool may_time,
+                   std::span<alloc::Block* const> named) noexcept;
+  static constexpr std::size_t kUsesPerSlot = 8;
   // What the mover saw (see alloc::MoveObserver), for the current step's feedback.
   void post_demand_fetch(policy::BlockId block) noexcept;
   void post_late_fetch(policy::BlockId block, std::uint64_t late_ns) noexcept;
@@ -99,8 +103,13 @@ class PolicyThread {
 
  private:
   // What a slot carries: an event, or one of the mover's reports.
-  struct TimedLaunch {
-    policy::Event launch;  // the device clock took a sample right after it
+  // A launch and the blocks it named, in one slot: a launch costs the
+  // launching thread one claim of the ring, not one per block.
+  struct LaunchUses {
+    policy::Event launch;
+    bool timed = false;  // the device clock took a sample right after it
+    std::uint8_t count = 0;
+    policy::BlockId blocks[kUsesPerSlot];
   };
   struct DemandFetch {
     policy::BlockId block;
@@ -109,13 +118,15 @@ class PolicyThread {
     policy::BlockId block;
     std::uint64_t late_ns;
   };
-  using Message = std::variant<policy::Event, TimedLaunch, DemandFetch, LateFetch>;
+  using Message = std::variant<policy::Event, LaunchUses, DemandFetch, LateFetch>;
   struct Slot {
     std::atomic<std::uint64_t> turn{0};
     Message message;
     std::uint64_t ns = 0;
   };
-  static constexpr std::uint64_t kSlots = 1u << 16;
+  // A launch takes one slot (with up to kUsesPerSlot blocks): room for
+  // tens of thousands of launches between two turns of the thread.
+  static constexpr std::uint64_t kSlots = 1u << 15;
 
   // `item`: one of Message's alternatives. `timed_now`: the slot gets the
   // host's time; `wakes`: the thread is woken rather than left to its next poll.
@@ -135,6 +146,7 @@ class PolicyThread {
   void run();
   bool take(Message* m, std::uint64_t* ns) noexcept;
   void handle(const Message& m, std::uint64_t ns);
+  void handle_launch(const LaunchUses& l, std::uint64_t ns);
   void feed(const policy::Event& e, std::uint64_t ns);
   void report_demand_fetch(const DemandFetch& r);
   void report_late_fetch(const LateFetch& r);
