@@ -19,6 +19,11 @@ struct Candidate {
   bool chosen = false;
   bool refused = false;  // the link could not carry its spill before the block was needed back
   std::uint32_t out_by = 0;  // the first launch issued after its spill ended, in the plan tried last
+  // After its last use, until its free later in the step: spilled, never
+  // fetched back (gap.first_after is the first launch after the free). A
+  // buffer that outlives its last reader (XLA's temporaries of a step,
+  // freed whole at its end) holds memory a prefetch needs.
+  bool tail = false;
 };
 
 // Records where the plan ran short of memory, and still lets the model go on with
@@ -44,6 +49,7 @@ TriggerTable make_triggers(const StepTimeline& tl, const std::vector<Candidate>&
   t.reserve(chosen.size() * 2);
   for (const Candidate* c : chosen)
     t.push_back({c->gap.last_before, Action::Spill, tl.blocks[c->block].ordinal, c->gap.last_before});
+  std::erase_if(chosen, [](const Candidate* c) { return c->tail; });  // never fetched back
   // The H2D engine serves prefetches in order of next use.
   std::sort(chosen.begin(), chosen.end(), [](const Candidate* a, const Candidate* b) {
     return a->gap.first_after != b->gap.first_after ? a->gap.first_after < b->gap.first_after
@@ -100,12 +106,21 @@ PlanResult plan_step(const StepTimeline& tl, std::uint64_t budget, LinkModel lin
   for (std::uint32_t b = 0; b < tl.blocks.size(); ++b) {
     const BlockRecord& r = tl.blocks[b];
     if (r.cls != LifetimeClass::Activation || r.predates_step()) continue;
-    auto gap = longest_gap(tl, b, start);
-    if (!gap || gap->first_after <= gap->last_before + 1) continue;  // no launch runs while it would be away
     const double bytes = static_cast<double>(r.bytes);
-    const bool hides = gap->ns >= link.d2h_ns(bytes) + link.h2d_ns(bytes);
-    const bool covers_peak = gap->last_before < peak && peak < gap->first_after;
-    cands.push_back({b, *gap, bytes, hides, covers_peak, false, false, 0});
+    // Away while no launch names it: between two uses (no launch runs while
+    // it would be away: not a gap), and after the last one until a free
+    // within the step.
+    if (auto gap = longest_gap(tl, b, start); gap && gap->first_after > gap->last_before + 1) {
+      const bool hides = gap->ns >= link.d2h_ns(bytes) + link.h2d_ns(bytes);
+      const bool covers_peak = gap->last_before < peak && peak < gap->first_after;
+      cands.push_back({b, *gap, bytes, hides, covers_peak, false, false, 0, false});
+    }
+    if (const auto uses = tl.uses_of(b); !uses.empty() && r.free_op != kNever && r.free_op <= tl.ops.size() &&
+                                         r.free_op > uses.back() + 1) {
+      const IdleGap tail{uses.back(), r.free_op, start[r.free_op] - start[uses.back() + 1]};
+      const bool covers_peak = tail.last_before < peak && peak < tail.first_after;
+      cands.push_back({b, tail, bytes, tail.ns >= link.d2h_ns(bytes), covers_peak, false, false, 0, true});
+    }
   }
   // Most bytes saved at the peak per byte moved first: every block off over the
   // peak saves its whole size there for one round trip, any other saves nothing
@@ -115,7 +130,8 @@ PlanResult plan_step(const StepTimeline& tl, std::uint64_t budget, LinkModel lin
     if (a.covers_peak != b.covers_peak) return a.covers_peak;
     return a.gap.last_before != b.gap.last_before ? a.gap.last_before < b.gap.last_before : a.bytes > b.bytes;
   });
-  for (std::uint32_t k = 0; k < cands.size(); ++k) candidate_of[cands[k].block] = k;
+  for (std::uint32_t k = 0; k < cands.size(); ++k)
+    if (!cands[k].tail) candidate_of[cands[k].block] = k;
 
   ExcessTracker tracker = ExcessTracker::over_budget(profile, budget);
   auto choose_more = [&](auto&& link_carries) {
@@ -182,8 +198,12 @@ PlanResult plan_step(const StepTimeline& tl, std::uint64_t budget, LinkModel lin
 
     // Where the link had carried each spill, on the timeline the plan got: its
     // prefetch goes no earlier next time.
+    // (A block's first spill in the queue is its gap's; a tail's comes later.)
+    std::vector<bool> seen(tl.by_ordinal.size(), false);
     for (const ScheduledCopy& copy : tried.copies.d2h) {
-      const std::uint32_t k = copy.ordinal < tl.by_ordinal.size() ? candidate_of[tl.by_ordinal[copy.ordinal]] : kNever;
+      if (copy.ordinal >= tl.by_ordinal.size() || seen[copy.ordinal]) continue;
+      seen[copy.ordinal] = true;
+      const std::uint32_t k = candidate_of[tl.by_ordinal[copy.ordinal]];
       if (k != kNever) cands[k].out_by = first_issued_at_or_after(tl, tried.modeled.launch_start_ns, copy.end_ns);
     }
     bool changed = false;

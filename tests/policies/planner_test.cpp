@@ -252,5 +252,51 @@ TEST(Planner, TriggersAreOrderedAndKeyedByLaunch) {
   EXPECT_EQ(r.plan.expected_tokens, tl.tokens);
 }
 
+// XLA puts a step's buffers into one temporary allocation freed at the step's
+// end: a buffer read for the last time stays allocated, idle, holding memory
+// the backward pass needs for its prefetches. The planner spills it after
+// its last reader and never brings it back.
+TEST(Planner, ABufferPastItsLastReaderMakesRoomForAPrefetch) {
+  constexpr std::uint64_t kBytes = 100'000'000, kLaunchNs = 10'000'000;
+  constexpr BlockId a = 0x1000, b = 0x2000, c = 0x3000;
+  // Launches 0..7: A, B and C each allocated and written; backward: C read
+  // back at once (no gap: no round trip), B read, A read; all three freed
+  // after the last, together.
+  const std::vector<std::vector<BlockId>> uses = {{a}, {b}, {c}, {c}, {}, {b}, {}, {a}};
+  Trace trace;
+  LaunchSeq seq = 0;
+  for (std::uint64_t step = 0; step < 3; ++step) {
+    trace.push_back(Event::step(step));
+    for (std::size_t op = 0; op < uses.size(); ++op) {
+      const auto& named = uses[op];
+      if (op < 3) trace.push_back(Event::alloc(named.front(), kBytes));  // just before its writer
+      if (op == 0) trace.push_back(Event::phase(Phase::Forward));
+      if (op == 3) trace.push_back(Event::phase(Phase::Backward));
+      trace.push_back(Event::launch(seq, kLaunchNs));
+      for (BlockId x : named) trace.push_back(Event::use(x, seq));
+      ++seq;
+    }
+    for (BlockId x : {a, b, c}) trace.push_back(Event::free(x));
+  }
+  trace.push_back(Event::step(3));
+  const auto analysed = analyse_trace(trace);
+  ASSERT_GE(analysed.steps.size(), 2u);
+  const StepTimeline& tl = analysed.steps[1];
+  const std::uint32_t c_index = tl.by_ordinal[2];
+  ASSERT_EQ(tl.blocks[c_index].id, c);
+  // Two of the three fit: A must be off from after launch 0 until launch 7,
+  // and at launch 7 one of B and C must have left as well.
+  const auto r = plan_step(tl, 2 * kBytes, parse_link("pcie5"), {});
+  EXPECT_EQ(r.modeled.over_budget_bytes, 0u);
+  EXPECT_EQ(r.modeled.demand_fetches, 0u) << "A's prefetch found room";
+  bool c_spilled_after_its_reader = false;
+  for (const Trigger& t : r.plan.triggers.all()) {
+    if (t.ordinal != tl.blocks[c_index].ordinal) continue;
+    EXPECT_EQ(t.action, Action::Spill) << "C is never fetched back: it is freed unused";
+    c_spilled_after_its_reader |= t.action == Action::Spill && t.op == 3;
+  }
+  EXPECT_TRUE(c_spilled_after_its_reader);
+}
+
 }  // namespace
 }  // namespace tierrt::policy
