@@ -309,11 +309,6 @@ std::uint64_t Allocator::trim(std::uint64_t bytes) noexcept {
 }
 void Allocator::drain() noexcept { p_->blocks.wait_moves_done(); }
 
-void Allocator::on_context_sync(ContextSync sync, void* owner) noexcept {
-  p_->context_sync_owner = owner;
-  p_->context_sync = sync;
-}
-
 void Allocator::hold_moves() noexcept {
   {
     auto l = p_->blocks.lock();

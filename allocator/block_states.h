@@ -6,6 +6,7 @@
 // alloc.blocks.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -86,7 +87,8 @@ class BlockStates {
   }
   // RESIDENT -> FREED, kept for reuse on `s`.
   void cache(Block* b, CUstream s, const Lock&) noexcept;
-  // Takes cached blocks without a move pending, largest first, until `bytes`.
+  // Takes cached blocks without a move pending, least recently used first,
+  // until `bytes`.
   template <class F>
   std::uint64_t take_cached(std::uint64_t bytes, F&& take, const Lock&);
   // A block take_cached gave out goes back, still FREED, on its free stream.
@@ -229,8 +231,14 @@ template <class F>
 std::uint64_t BlockStates::take_cached(std::uint64_t bytes, F&& take, const Lock&) {
   std::vector<Block*> all;
   cache_.for_each([&](Block* b) { all.push_back(b); });
+  // Least recently used first: its last user is the likeliest done, and the
+  // trim waits for it (larger first among equals: fewer to wait for).
+  std::stable_sort(all.begin(), all.end(), [](const Block* x, const Block* y) {
+    const std::uint64_t ux = x->last_use.load(std::memory_order_relaxed), uy = y->last_use.load(std::memory_order_relaxed);
+    return ux != uy ? ux < uy : x->mapped > y->mapped;
+  });
   std::uint64_t sum = 0;
-  for (auto it = all.rbegin(); it != all.rend() && sum < bytes; ++it) {
+  for (auto it = all.begin(); it != all.end() && sum < bytes; ++it) {
     Block* b = *it;
     if (b->ops_pending != 0) continue;  // an aborted spill's copy still reads it
     cache_.erase(b);

@@ -100,12 +100,6 @@ struct Allocator::Parts final : Reclaimer {
 
   std::atomic<std::uint64_t> allocs{0}, cache_hits{0}, blocks_made{0}, trimmed{0};
   std::atomic<bool> told_over_budget{false};
-  ContextSync context_sync = nullptr;  // set once before other threads call
-  void* context_sync_owner = nullptr;
-  bool sync_context_unless_capturing() const noexcept {
-    if (context_sync != nullptr) return context_sync(context_sync_owner);
-    return TIERRT_CU(cuCtxSynchronize) == CUDA_SUCCESS;
-  }
 };
 
 }  // namespace tierrt::alloc

@@ -74,18 +74,19 @@ std::uint64_t Allocator::Parts::trim(std::uint64_t bytes) noexcept {
     trimmed.fetch_add(sum, std::memory_order_relaxed);
     return sum;
   }
-  // Work that used them (or ran on the streams that freed them) finishes
-  // before their memory is unmapped. A context synchronize covers it all,
-  // but would end a capture open in the context: then each recorded use is
-  // waited for, and a block whose uses cannot be waited for now (a use on a
-  // capturing stream) goes back to the cache.
-  const bool whole_context = sync_context_unless_capturing();
+  // Work that used them finishes before their memory is unmapped: each
+  // block's recorded uses are waited for, and only those (every access
+  // tierrt knows of is a recorded use, as a spill assumes). Not a context
+  // synchronize: the application's work queued behind them (a backward pass
+  // enqueued far ahead of the device) keeps running, and the memory is
+  // taken as soon as its last user is done. A block whose uses cannot be
+  // waited for now (a use on a capturing stream) goes back to the cache.
   std::vector<Block*> kept;
   for (Block* b : victims) {
-    bool idle = whole_context || uses.wait_all(b) == CUDA_SUCCESS;
+    bool idle = uses.wait_all(b) == CUDA_SUCCESS;
     if (idle) {
       // Anything recorded on it while the host waited is waited for too.
-      idle = uses.forget(b, /*synchronize=*/!whole_context) == CUDA_SUCCESS;
+      idle = uses.forget(b, /*synchronize=*/true) == CUDA_SUCCESS;
       // A launch that pinned it before the application freed it (another
       // thread's free; the launch names it through a stale word) may still
       // be enqueuing, and records its use after: the block stays cached

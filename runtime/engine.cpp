@@ -76,7 +76,6 @@ Engine::Engine(const Settings& s, std::unique_ptr<alloc::Allocator> a, CUcontext
   feedback_ = std::make_unique<MoveFeedback>(recorder_.get(), policy_.get());
   alloc_->set_observer(feedback_.get());
   captures_.on_hold(&Engine::hold_for_discovered_capture, this);
-  alloc_->on_context_sync([](void* e) { return static_cast<Engine*>(e)->sync_context_unless_capturing(); }, this);
   start_monitor();
 }
 

@@ -37,12 +37,6 @@ AddressRange copy_side(CUmemorytype type, CUdeviceptr base, std::size_t x, std::
 
 }  // namespace
 
-bool Engine::sync_context_unless_capturing() noexcept {
-  std::shared_lock<RankedSharedMutex> no_capture_begins(capture_begin_mu_);
-  if (captures_.any_open()) return false;
-  return TIERRT_CU(cuCtxSynchronize) == CUDA_SUCCESS;
-}
-
 void Engine::hold_for_discovered_capture(void* engine) noexcept {
   static_cast<Engine*>(engine)->hold_for_capture();
 }

@@ -562,6 +562,36 @@ TEST_P(Modes, FreeAsASpillLandsWaitsForTheMoverToLetGo) {
   EXPECT_EQ(s.spills_done, 400u);
 }
 
+// A trim takes a cached block once its own uses are done, not once the
+// context is idle: work the application queued elsewhere (a backward pass
+// enqueued far ahead of the device) keeps running, and the memory is free
+// as soon as its last user finished. The other stream's kernel is held by
+// the late gate, so a trim that synchronized the context would not return
+// before it opened (the gate gives up after 10 s and the test fails).
+TEST_P(Modes, TrimWaitsForTheCachedBlocksUsesNotTheContext) {
+  auto a = make(GetParam());
+  CUstream busy = nullptr;
+  CU_OK(cuStreamCreate(&busy, CU_STREAM_NON_BLOCKING));
+  Block* freed = alloc(*a, 8 * MiB);
+  Block* other = alloc(*a, 8 * MiB);
+  const CUdeviceptr freed_va = freed->va;
+  CU_OK(fill(*a, freed, nullptr, 7));
+  CU_OK(cuStreamSynchronize(nullptr));
+  CU_OK(a->free(freed_va, nullptr));
+  late_gate().store(false);
+  Block* held[] = {other};
+  CU_OK(use_blocks(*a, held, busy, [&] {
+    return launch3(Env::get().k.fill_late, busy, other->va, other->size, 9);
+  }));
+  EXPECT_EQ(a->trim(8 * MiB), 8 * MiB);
+  EXPECT_FALSE(a->owns(freed_va));
+  EXPECT_EQ(cuStreamQuery(busy), CUDA_ERROR_NOT_READY) << "the trim waited for unrelated work";
+  late_gate().store(true);
+  CU_OK(cuStreamSynchronize(busy));
+  CU_OK(a->free(other->va, nullptr));
+  CU_OK(cuStreamDestroy(busy));
+}
+
 TEST_P(Modes, TrimReturnsCachedMemory) {
   auto a = make(GetParam());
   const auto base = simdev_device_bytes_in_use();

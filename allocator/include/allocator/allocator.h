@@ -228,12 +228,6 @@ class Allocator {
   // (remap) or fails with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED (copy).
   void hold_moves() noexcept;
   void resume_moves() noexcept;
-  // Synchronizes the context unless a stream capture is open in it (which a
-  // context synchronize would end); true when it synchronized. Without one
-  // the allocator synchronizes the context itself. Set once, before other
-  // threads call.
-  using ContextSync = bool (*)(void* owner);
-  void on_context_sync(ContextSync sync, void* owner) noexcept;
 
   // Device `peer` was given peer access to this allocator's device: every
   // block and slab, mapped now or later (on the device or, in remap mode,

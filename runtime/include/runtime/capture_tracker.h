@@ -47,8 +47,6 @@ class CaptureTracker {
     if (active_.load(std::memory_order_acquire) == 0) return false;
     return capturing_slow(s);
   }
-  // Whether any capture is known open (in any mode).
-  bool any_open() const noexcept { return active_.load(std::memory_order_acquire) != 0; }
   // The capture `s` takes part in; 0 when none is known.
   std::uint64_t capture_id(CUstream s) const noexcept;
 

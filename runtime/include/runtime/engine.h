@@ -21,7 +21,6 @@
 #include <initializer_list>
 #include <memory>
 #include <mutex>
-#include <shared_mutex>
 
 #include "allocator/ranked_mutex.h"
 #include "runtime/lock_rank.h"
@@ -360,13 +359,8 @@ class Engine {
   CUresult begin_capture(CUstream s, CUstreamCaptureMode mode, Forward&& forward) noexcept {
     const bool global = mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
     if (global) hold_for_capture();
-    CUresult r;
-    {
-      // No context synchronize of tierrt's runs while a capture begins.
-      std::unique_lock<RankedSharedMutex> beginning(capture_begin_mu_);
-      r = forward();
-      if (!(r == CUDA_SUCCESS && capture_began(s, mode)) && global) resume_after_capture();
-    }
+    const CUresult r = forward();
+    if (!(r == CUDA_SUCCESS && capture_began(s, mode)) && global) resume_after_capture();
     return r;
   }
   // cuStreamEndCapture: what the capture named belongs to the graph made.
@@ -579,10 +573,6 @@ class Engine {
     alloc_->resume_moves();
     global_captures_.fetch_sub(1, std::memory_order_relaxed);
   }
-  // The allocator's context synchronize (a trim of cached blocks): not while
-  // a capture is open, which it would end, nor while one begins.
-  bool sync_context_unless_capturing() noexcept;
-  RankedSharedMutex capture_begin_mu_{kRankCaptureBegin, "runtime.capture_begin"};
   // The blocks `exec` names; true when some of its nodes could not be read.
   bool collect_graph(CUgraphExec exec, BlockList& out) noexcept;
   void graph_launched(CUgraphExec exec, const BlockList& blocks, CUstream stream, bool unknown,

@@ -10,7 +10,6 @@ namespace tierrt {
 enum RuntimeLockRank : unsigned {
   kRankStart = 1,          // runtime.start: the engine's creation, once per process
   kRankOutputs = 2,        // runtime.outputs: one writer of the outputs at a time
-  kRankCaptureBegin = 5,   // runtime.capture_begin: a capture beginning vs. the trim's synchronize
   kRankPointerTables = 100,
   kRankRunMonitor = 110,
   kRankGraphs = 120,
