@@ -235,6 +235,7 @@ CUresult Allocator::Parts::free_block(Block* b, CUdeviceptr p, CUstream s) noexc
 }
 
 void Allocator::Parts::destroy_block(Block* b) noexcept {
+  uses.release_mark(b->late_marker.exchange(nullptr, std::memory_order_acq_rel));
   if (b->group != nullptr) return destroy_member(b);
   assert(b->ops_pending == 0);
   assert(b->nuses == 0);

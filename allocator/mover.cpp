@@ -245,6 +245,7 @@ CUresult Mover::claim_for_fetch(Block* b, bool demand, std::span<Block* const> p
   fetches_started_.fetch_add(1, std::memory_order_relaxed);
   if (demand) demand_fetches_started_.fetch_add(1, std::memory_order_relaxed);
   b->needed_since.store(demand ? kNeededOnDemand : 0, std::memory_order_relaxed);
+  uses_.release_mark(b->late_marker.exchange(nullptr, std::memory_order_acq_rel));  // a launch's after the last report
   return CUDA_SUCCESS;
 }
 
@@ -510,10 +511,19 @@ void Mover::report(const Op& op) noexcept {
                  op.bytes, ns);
   if (op.kind != Move::Fetch) return;
   const std::uint64_t since = op.b->needed_since.exchange(0, std::memory_order_relaxed);
+  const CUevent marker = op.b->late_marker.exchange(nullptr, std::memory_order_acq_rel);
   if (since > kNeededOnDemand && o != nullptr) {
-    const std::uint64_t now = steady_ns();
-    o->late_fetch(*op.b, now > since ? now - since : 0);
+    std::uint64_t late_ns = 0;
+    double device_ns = 0;
+    if (marker == nullptr || op.timer.end == nullptr) {  // the host's clock: when the launch came
+      const std::uint64_t now = steady_ns();
+      late_ns = now > since ? now - since : 1;
+    } else if (UseTracker::device_ns_between(marker, op.timer.end, &device_ns) && device_ns > 0) {
+      late_ns = static_cast<std::uint64_t>(device_ns);  // the stream waited at the launch
+    }  // else the stream reached the launch after the copy ended (or has not yet): in time
+    if (late_ns > 0) o->late_fetch(*op.b, late_ns);
   }
+  uses_.release_mark(marker);
 }
 
 void Mover::fill_stats(Stats* s) const noexcept {

@@ -68,7 +68,7 @@ struct Allocator::Parts final : Reclaimer {
   // `pinned`: the launch's blocks pinned already.
   CUresult make_resident(Block* b, CUstream s, std::span<Block* const> pinned) noexcept;
   CUresult pin_when_usable(Block* b, std::span<Block* const> pinned, UseEvent** ready) noexcept;
-  void note_late_fetch(Block* b, UseEvent* ready) noexcept;
+  void note_late_fetch(Block* b, UseEvent* ready, CUstream s) noexcept;
   // The groups' use records of a launch's list pinned, past their fences.
   CUresult pin_groups(std::span<Block* const> list, CUstream s) noexcept;
   // Unpins the list's group records (`records`) or its other blocks.

@@ -161,7 +161,7 @@ CUresult Allocator::Parts::make_resident(Block* b, CUstream s, std::span<Block* 
   UseEvent* ready = nullptr;
   CUresult r = pin_when_usable(b, pinned, &ready);
   if (r != CUDA_SUCCESS || ready == nullptr) return r;
-  note_late_fetch(b, ready);
+  note_late_fetch(b, ready, s);
   // A stream that cannot wait on the fetch gets it done before the work is
   // enqueued: the host waits.
   if (TIERRT_CU(cuStreamWaitEvent, s, ready->ev, 0u) != CUDA_SUCCESS)
@@ -207,13 +207,20 @@ CUresult Allocator::Parts::pin_when_usable(Block* b, std::span<Block* const> pin
   }
 }
 
-void Allocator::Parts::note_late_fetch(Block* b, UseEvent* ready) noexcept {
-  // A prefetch still under way when a launch needs it is late: the mover
-  // reports by how much once it completes.
+void Allocator::Parts::note_late_fetch(Block* b, UseEvent* ready, CUstream s) noexcept {
+  // A prefetch still under way when a launch is enqueued may be late: once
+  // it completes, the mover reports by how much the launch's stream got
+  // there first (an application far ahead of the device enqueues launches
+  // long before their stream runs them: that alone makes nothing late).
   if (b->needed_since.load(std::memory_order_relaxed) != 0 || mover->observer() == nullptr) return;
   if (TIERRT_CU(cuEventQuery, ready->ev) != CUDA_ERROR_NOT_READY) return;
   std::uint64_t none = 0;
-  b->needed_since.compare_exchange_strong(none, steady_ns(), std::memory_order_relaxed);
+  if (!b->needed_since.compare_exchange_strong(none, steady_ns(), std::memory_order_relaxed)) return;
+  // Not into a capture: the marker would become a node of the graph.
+  CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  if (TIERRT_CU(cuStreamIsCapturing, s, &capturing) != CUDA_SUCCESS || capturing != CU_STREAM_CAPTURE_STATUS_NONE)
+    return;
+  uses.release_mark(b->late_marker.exchange(uses.mark(s), std::memory_order_acq_rel));
 }
 
 }  // namespace tierrt::alloc

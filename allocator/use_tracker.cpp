@@ -310,6 +310,34 @@ std::uint64_t UseTracker::elapsed_ns(const CopyTimer& t) noexcept {
   return static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6);
 }
 
+CUevent UseTracker::mark(CUstream s) noexcept {
+  CUevent e = nullptr;
+  {
+    std::lock_guard<RankedMutex> g(mu_);
+    if (!timing_free_.empty()) {
+      e = timing_free_.back();
+      timing_free_.pop_back();
+    }
+  }
+  if (e == nullptr && TIERRT_CU(cuEventCreate, &e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return nullptr;
+  if (TIERRT_CU(cuEventRecord, e, s) == CUDA_SUCCESS) return e;
+  release_mark(e);
+  return nullptr;
+}
+
+void UseTracker::release_mark(CUevent e) noexcept {
+  if (e == nullptr) return;
+  std::lock_guard<RankedMutex> g(mu_);
+  timing_free_.push_back(e);
+}
+
+bool UseTracker::device_ns_between(CUevent from, CUevent to, double* ns) noexcept {
+  float ms = 0;
+  if (from == nullptr || to == nullptr || TIERRT_CU(cuEventElapsedTime, &ms, from, to) != CUDA_SUCCESS) return false;
+  *ns = static_cast<double>(ms) * 1e6;
+  return true;
+}
+
 void UseTracker::release(CopyTimer* t) noexcept {
   std::lock_guard<RankedMutex> g(mu_);
   for (CUevent* e : {&t->begin, &t->end})

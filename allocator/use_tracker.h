@@ -110,6 +110,13 @@ class UseTracker {
   // The copy's device time once it completed; 0 when unknown.
   static std::uint64_t elapsed_ns(const CopyTimer& t) noexcept;
   void release(CopyTimer* t) noexcept;
+  // A timing event recorded on `s` now (null when none could be): where a
+  // stream got to, for device_ns_between.
+  CUevent mark(CUstream s) noexcept;
+  void release_mark(CUevent e) noexcept;
+  // Device time from `from` to `to` once both completed (negative when `to`
+  // came first); false while either has not.
+  static bool device_ns_between(CUevent from, CUevent to, double* ns) noexcept;
 
  private:
   static constexpr int kMaxChain = 16;

@@ -65,7 +65,7 @@ typedef struct tierrt_stats {
   uint64_t steps_marked;            /* tierrt_mark_step calls */
   uint64_t planned_spills;          /* spills the planner started (TIERRT_POLICY=planner) */
   uint64_t planned_prefetches;      /* prefetches the planner started */
-  uint64_t late_fetches;            /* prefetches still under way when a launch needed them */
+  uint64_t late_fetches;            /* prefetches still under way when a launch's stream reached it */
   uint64_t d2h_bytes_per_s;         /* spill copies as measured on the device; 0 before the first */
   uint64_t h2d_bytes_per_s;         /* fetch copies, likewise */
   uint64_t mispredictions;          /* demand fetches of blocks the planner's plan had spilled */

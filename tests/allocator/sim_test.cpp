@@ -332,6 +332,33 @@ TEST_P(Modes, ObserverHearsCopyTimesDemandAndLateFetches) {
   CU_OK(a->free(b->va, nullptr));
 }
 
+// A launch enqueued while its block's prefetch is under way, on a stream
+// still busy with earlier work that outlasts the copy: the application is
+// ahead of the device, and the stream never waits for the copy. Not late:
+// lateness is on the device's clock, where the stream got to.
+TEST_P(Modes, APrefetchTheStreamReachesAfterItEndedIsNotLate) {
+  auto a = make(GetParam());
+  RecordingObserver seen;
+  a->set_observer(&seen);
+  const std::size_t n = 16 * MiB;  // 4 ms on the 4 GB/s link, against the busy kernel's 50 ms
+  Block* b = alloc(*a, n);
+  Block* other = alloc(*a, 4 * MiB);
+  CU_OK(fill(*a, b, nullptr, 5));
+  ASSERT_EQ(a->spill(b), SpillResult::Started);
+  a->drain();
+  CU_OK(fill(*a, other, nullptr, 6, /*slow=*/true));  // the stream is busy 50 ms
+  CU_OK(a->prefetch(b, nullptr));
+  std::vector<std::uint8_t> back;
+  CU_OK(read(*a, b, &back));  // enqueued behind the busy kernel, while the copy runs
+  a->drain();
+  EXPECT_EQ(seen.demand.load(), 0);
+  EXPECT_EQ(seen.late.load(), 0) << "late by " << seen.late_ns.load() << " ns";
+  EXPECT_TRUE(back == expected(n, 5));
+  a->set_observer(nullptr);
+  CU_OK(a->free(b->va, nullptr));
+  CU_OK(a->free(other->va, nullptr));
+}
+
 // A spill leaves its device chunk as a spare; the next fetch of that size
 // maps it instead of creating one, and a rescue gives spares back first.
 TEST_P(Modes, FetchReusesTheChunkASpillLeftAndTrimReleasesSpares) {

@@ -100,6 +100,11 @@ struct Block {
   // When a launch first waited on the fetch under way (steady-clock ns; 0:
   // none; kNeededOnDemand: the fetch was started for a launch, never late).
   std::atomic<std::uint64_t> needed_since{0};
+  // Recorded on that launch's stream before it waited on the fetch (a timing
+  // event of the use tracker's): whether the stream reached the launch
+  // before the copy ended, on the device's clock, is what makes the fetch
+  // late. Null when none could be recorded (then the host's clock says).
+  std::atomic<CUevent> late_marker{nullptr};
   // Last recorded use, allocation or fetch (the use tracker's clock): the
   // rescue spills the coldest first.
   std::atomic<std::uint64_t> last_use{0};
