@@ -512,6 +512,10 @@ void Mover::report(const Op& op) noexcept {
   if (op.kind != Move::Fetch) return;
   const std::uint64_t since = op.b->needed_since.exchange(0, std::memory_order_relaxed);
   const CUevent marker = op.b->late_marker.exchange(nullptr, std::memory_order_acq_rel);
+  double waited_ns = 0;
+  if (since == kNeededOnDemand && o != nullptr && op.timer.end != nullptr &&
+      UseTracker::device_ns_between(marker, op.timer.end, &waited_ns) && waited_ns > 0)
+    o->demand_fetch_waited(*op.b, static_cast<std::uint64_t>(waited_ns));
   if (since > kNeededOnDemand && o != nullptr) {
     std::uint64_t late_ns = 0;
     double device_ns = 0;

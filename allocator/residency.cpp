@@ -212,15 +212,18 @@ void Allocator::Parts::note_late_fetch(Block* b, UseEvent* ready, CUstream s) no
   // it completes, the mover reports by how much the launch's stream got
   // there first (an application far ahead of the device enqueues launches
   // long before their stream runs them: that alone makes nothing late).
-  if (b->needed_since.load(std::memory_order_relaxed) != 0 || mover->observer() == nullptr) return;
+  // A demand fetch's launch is marked the same way: did its stream wait?
+  if (mover->observer() == nullptr || b->late_marker.load(std::memory_order_relaxed) != nullptr) return;
+  std::uint64_t since = b->needed_since.load(std::memory_order_relaxed);
+  if (since > kNeededOnDemand) return;  // another launch marked it first
   if (TIERRT_CU(cuEventQuery, ready->ev) != CUDA_ERROR_NOT_READY) return;
-  std::uint64_t none = 0;
-  if (!b->needed_since.compare_exchange_strong(none, steady_ns(), std::memory_order_relaxed)) return;
+  if (since == 0 && !b->needed_since.compare_exchange_strong(since, steady_ns(), std::memory_order_relaxed)) return;
   // Not into a capture: the marker would become a node of the graph.
   CUstreamCaptureStatus capturing = CU_STREAM_CAPTURE_STATUS_ACTIVE;
   if (TIERRT_CU(cuStreamIsCapturing, s, &capturing) != CUDA_SUCCESS || capturing != CU_STREAM_CAPTURE_STATUS_NONE)
     return;
-  uses.release_mark(b->late_marker.exchange(uses.mark(s), std::memory_order_acq_rel));
+  CUevent none = nullptr, marker = uses.mark(s);
+  if (!b->late_marker.compare_exchange_strong(none, marker, std::memory_order_acq_rel)) uses.release_mark(marker);
 }
 
 }  // namespace tierrt::alloc

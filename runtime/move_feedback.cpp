@@ -31,6 +31,11 @@ void MoveFeedback::late_fetch(const alloc::Block& b, std::uint64_t late_ns) noex
   if (policy_) policy_->post_late_fetch(b.va, late_ns);
 }
 
+void MoveFeedback::demand_fetch_waited(const alloc::Block&, std::uint64_t wait_ns) noexcept {
+  demand_waited_.fetch_add(1, std::memory_order_relaxed);
+  demand_wait_ns_.fetch_add(wait_ns, std::memory_order_relaxed);
+}
+
 void MoveFeedback::copy_done(Direction d, std::uint64_t bytes, std::uint64_t ns) noexcept {
   TIERRT_LOG(Debug, "%s %llu bytes in %.3f ms", d == Direction::ToHost ? "spilled" : "fetched",
              static_cast<unsigned long long>(bytes), static_cast<double>(ns) / 1e6);

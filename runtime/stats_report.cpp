@@ -124,8 +124,9 @@ void write_text(FILE* f, const Report& r) {
   write_host_node(f, s);
   std::fprintf(f, "  spilled                 %10llu blocks, %.1f MiB (%llu more started, then used again in time; "
                "%llu failed)\n", ull(s.spills_done), mib(t.bytes_spilled), ull(t.spills_aborted), ull(t.spills_failed));
-  std::fprintf(f, "  fetched back            %10llu blocks, %.1f MiB (%llu on demand; %llu failed); %.1f MiB freed "
-               "while on the host, %.1f MiB on the host now\n", ull(t.fetches), mib(t.bytes_fetched), ull(t.demand_fetches),
+  std::fprintf(f, "  fetched back            %10llu blocks, %.1f MiB (%llu on demand, of which %llu made their stream "
+               "wait %.2f ms; %llu failed); %.1f MiB freed while on the host, %.1f MiB on the host now\n", ull(t.fetches),
+               mib(t.bytes_fetched), ull(t.demand_fetches), ull(t.demand_fetches_waited), ms(t.demand_wait_ns),
                ull(t.fetches_failed), mib(r.freed_spilled), mib(spilled_now));
   const double rate = hit_rate(t.planned_prefetches, t.late_fetches);
   if (rate < 0)
@@ -197,11 +198,13 @@ void write_json(FILE* f, const Report& r) {
   std::fprintf(f, "},\n");
   std::fprintf(f, "  \"moves\": {\"spills\": %llu, \"spills_aborted\": %llu, \"spills_failed\": %llu, "
                "\"bytes_spilled\": %llu, \"fetches\": %llu, \"demand_fetches\": %llu, \"fetches_failed\": %llu, "
+               "\"demand_fetches_waited\": %llu, \"demand_wait_ns\": %llu, "
                "\"bytes_fetched\": %llu, \"bytes_freed_while_spilled\": %llu, \"bytes_spilled_now\": %llu, "
                "\"planned_prefetches\": %llu, \"late_prefetches\": %llu, \"prefetch_hit_rate\": %s, "
                "\"stall_ns\": %llu},\n",
                ull(s.spills_done), ull(t.spills_aborted), ull(t.spills_failed), ull(t.bytes_spilled), ull(t.fetches),
-               ull(t.demand_fetches), ull(t.fetches_failed), ull(t.bytes_fetched), ull(r.freed_spilled),
+               ull(t.demand_fetches), ull(t.fetches_failed), ull(t.demand_fetches_waited), ull(t.demand_wait_ns),
+               ull(t.bytes_fetched), ull(r.freed_spilled),
                ull(s.bytes[static_cast<int>(alloc::State::Spilled)]), ull(t.planned_prefetches), ull(t.late_fetches),
                json_rate(hit_rate(t.planned_prefetches, t.late_fetches)).c_str(), ull(r.late_ns));
   std::fprintf(f, "  \"granule_groups\": {\"live\": %llu, \"unused_bytes\": %llu, \"fenced_moves\": %llu, "
@@ -297,6 +300,8 @@ void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
   t.launches_seen = e.launches();
   t.steps_marked = e.steps();
   t.late_fetches = e.moves().late_fetches();
+  t.demand_fetches_waited = e.moves().demand_waited();
+  t.demand_wait_ns = e.moves().demand_wait_ns();
   t.d2h_bytes_per_s = e.moves().bytes_per_s(alloc::MoveObserver::Direction::ToHost);
   t.h2d_bytes_per_s = e.moves().bytes_per_s(alloc::MoveObserver::Direction::ToDevice);
   if (const PolicyThread* p = e.planner()) {

@@ -25,6 +25,11 @@
 //                              invocation, same kernel duration)
 //   demand_share               tierrt: demand fetches over fetches, after
 //                              the warm-up steps
+//   demand_waited_share        tierrt: demand fetches whose launch's stream
+//                              waited for the copy (the device's clock), over
+//                              fetches, after the warm-up steps (a demand
+//                              fetch of an application far ahead of the
+//                              device may cost the device nothing)
 //   prefetch_hit               tierrt: planned prefetches on time over
 //                              planned prefetches, after the warm-up steps
 //   spills, fetches            tierrt: moves in the run
@@ -180,9 +185,9 @@ double median_over_runs(const std::string& variant, std::uint32_t kernel_us, con
 
 // After the warm-up steps: demand fetches over fetches, and planned
 // prefetches on time over planned prefetches (-1: none planned).
-double demand_share(const Result& r) {
+double demand_share(const Result& r, const char* key = "steady_demand") {
   const double fetched = r.at("steady_fetches");
-  return fetched > 0 ? r.at("steady_demand") / fetched : 0;
+  return fetched > 0 ? r.at(key) / fetched : 0;
 }
 double prefetch_hit(const Result& r) {
   const double planned = r.at("steady_prefetches");
@@ -214,6 +219,7 @@ void BM_TrainingLoop(benchmark::State& st, const char* variant) {
     st.counters["spills"] = r.at("spills");
     st.counters["fetches"] = r.at("fetches");
     st.counters["demand_share"] = demand_share(r);
+    st.counters["demand_waited_share"] = demand_share(r, "steady_demand_waited");
     if (prefetch_hit(r) >= 0) st.counters["prefetch_hit"] = prefetch_hit(r);
     st.counters["d2h_GBps"] = r.at("d2h") / 1e9;
     st.counters["h2d_GBps"] = r.at("h2d") / 1e9;
@@ -276,8 +282,9 @@ void print_table(std::uint32_t kernel_us) {
       std::printf("; planner started %.0f spills, %.0f prefetches", r->at("planned_spills"),
                   r->at("planned_prefetches"));
     std::printf("; copies measured %.2f GB/s out, %.2f GB/s in\n", r->at("d2h") / 1e9, r->at("h2d") / 1e9);
-    std::printf("  after %u warm-up steps: demand fetches %.0f of %.0f (%.1f%%)", kWarmupSteps, r->at("steady_demand"),
-                r->at("steady_fetches"), 100.0 * demand_share(*r));
+    std::printf("  after %u warm-up steps: demand fetches %.0f of %.0f (%.1f%%; %.0f made their stream wait)",
+                kWarmupSteps, r->at("steady_demand"), r->at("steady_fetches"), 100.0 * demand_share(*r),
+                r->at("steady_demand_waited"));
     if (prefetch_hit(*r) >= 0)
       std::printf("; prefetch hit rate %.1f%% of %.0f planned prefetches", 100.0 * prefetch_hit(*r),
                   r->at("steady_prefetches"));

@@ -261,8 +261,9 @@ int run_worker(const Args& args) {
                 ull{st.late_fetches}, ull{st.planned_spills}, ull{st.planned_prefetches}, ull{st.d2h_bytes_per_s},
                 ull{st.h2d_bytes_per_s});
   if (tiered)  // after the warm-up steps
-    std::printf(" steady_fetches=%llu steady_demand=%llu steady_prefetches=%llu steady_late=%llu",
+    std::printf(" steady_fetches=%llu steady_demand=%llu steady_demand_waited=%llu steady_prefetches=%llu steady_late=%llu",
                 ull{st.fetches - warm.fetches}, ull{st.demand_fetches - warm.demand_fetches},
+                ull{st.demand_fetches_waited - warm.demand_fetches_waited},
                 ull{st.planned_prefetches - warm.planned_prefetches}, ull{st.late_fetches - warm.late_fetches});
   std::printf("\n");
   std::fflush(stdout);

@@ -84,6 +84,8 @@ typedef struct tierrt_stats {
   uint64_t granule_fenced_moves;    /* granule moves during which no launch naming their allocation ran */
   uint64_t granule_fence_waits;     /* launches that waited on the host for such a move */
   uint64_t granule_fence_wait_ns;   /* how long they waited in all */
+  uint64_t demand_fetches_waited;   /* demand fetches whose launch's stream reached it before the copy ended */
+  uint64_t demand_wait_ns;          /* how long those streams waited, on the device's clock */
 } tierrt_stats;
 
 /* "0.1.0" */

@@ -182,9 +182,12 @@ TEST_P(Modes, InvariantConsumerStreamWaitsOnPrefetchEvent) {
 // device time, a launch that needed a spilled block (demand), and a launch
 // that had to wait on a prefetch still under way (late, by how much).
 struct RecordingObserver final : MoveObserver {
-  std::atomic<int> demand{0}, late{0}, to_host{0}, to_device{0};
+  std::atomic<int> demand{0}, demand_waited{0}, late{0}, to_host{0}, to_device{0};
   std::atomic<std::uint64_t> late_ns{0}, min_copy_ns{UINT64_MAX}, bytes{0};
   void demand_fetch(const Block&) noexcept override { ++demand; }
+  void demand_fetch_waited(const Block&, std::uint64_t ns) noexcept override {
+    if (ns > 0) ++demand_waited;
+  }
   void late_fetch(const Block&, std::uint64_t ns) noexcept override {
     ++late;
     late_ns += ns;
@@ -297,11 +300,13 @@ TEST_P(Modes, ObserverHearsCopyTimesDemandAndLateFetches) {
   // Device time of the copy: the link is throttled, so it cannot be faster.
   EXPECT_GE(seen.min_copy_ns.load(), n * 1e9 / 4e9 * 0.9);
 
-  // A launch on the spilled block: a demand fetch, not a late one.
+  // A launch on the spilled block: a demand fetch, not a late one; its
+  // stream, idle, waited for the copy.
   std::vector<std::uint8_t> back;
   CU_OK(read(*a, b, &back));
   a->drain();
   EXPECT_EQ(seen.demand.load(), 1);
+  EXPECT_EQ(seen.demand_waited.load(), 1);
   EXPECT_EQ(seen.late.load(), 0);
   EXPECT_EQ(seen.to_device.load(), 1);
 
@@ -336,7 +341,7 @@ TEST_P(Modes, ObserverHearsCopyTimesDemandAndLateFetches) {
 // still busy with earlier work that outlasts the copy: the application is
 // ahead of the device, and the stream never waits for the copy. Not late:
 // lateness is on the device's clock, where the stream got to.
-TEST_P(Modes, APrefetchTheStreamReachesAfterItEndedIsNotLate) {
+TEST_P(Modes, AFetchTheStreamReachesAfterItEndedMadeNothingWait) {
   auto a = make(GetParam());
   RecordingObserver seen;
   a->set_observer(&seen);
@@ -353,6 +358,17 @@ TEST_P(Modes, APrefetchTheStreamReachesAfterItEndedIsNotLate) {
   a->drain();
   EXPECT_EQ(seen.demand.load(), 0);
   EXPECT_EQ(seen.late.load(), 0) << "late by " << seen.late_ns.load() << " ns";
+
+  // On demand this time, the stream again busy past the copy: a demand
+  // fetch, and nothing waited for it.
+  ASSERT_EQ(a->spill(b), SpillResult::Started);
+  a->drain();
+  CU_OK(fill(*a, other, nullptr, 7, /*slow=*/true));
+  CU_OK(read(*a, b, &back));
+  a->drain();
+  EXPECT_EQ(seen.demand.load(), 1);
+  EXPECT_EQ(seen.demand_waited.load(), 0);
+  EXPECT_TRUE(back == expected(n, 5));
   EXPECT_TRUE(back == expected(n, 5));
   a->set_observer(nullptr);
   CU_OK(a->free(b->va, nullptr));

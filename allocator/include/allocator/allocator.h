@@ -102,6 +102,11 @@ class MoveObserver {
   virtual void demand_fetch(const Block& b) noexcept = 0;
   // A launch had to wait `late_ns` for a fetch already under way.
   virtual void late_fetch(const Block& b, std::uint64_t late_ns) noexcept = 0;
+  // The launch a demand fetch was started for was reached by its stream
+  // `wait_ns` before the copy ended (on the device's clock). A demand fetch
+  // the stream reached after its copy ended (the application enqueued far
+  // ahead of the device) is not reported: nothing waited for it.
+  virtual void demand_fetch_waited(const Block&, std::uint64_t /*wait_ns*/) noexcept {}
   // One spill or fetch copy: its bytes and its duration on the device.
   virtual void copy_done(Direction d, std::uint64_t bytes, std::uint64_t ns) noexcept = 0;
   // Device memory passed the budget for the first time, from the thread

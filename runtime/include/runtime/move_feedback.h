@@ -24,6 +24,7 @@ class MoveFeedback final : public alloc::MoveObserver {
 
   void demand_fetch(const alloc::Block& b) noexcept override;
   void late_fetch(const alloc::Block& b, std::uint64_t late_ns) noexcept override;
+  void demand_fetch_waited(const alloc::Block& b, std::uint64_t wait_ns) noexcept override;
   void copy_done(Direction d, std::uint64_t bytes, std::uint64_t ns) noexcept override;
   // One log line: the job needs more than the device budget (once per run).
   void over_budget(std::uint64_t used, std::uint64_t limit) noexcept override;
@@ -34,6 +35,9 @@ class MoveFeedback final : public alloc::MoveObserver {
   std::uint64_t bytes_per_s(Direction d) const noexcept;
   std::uint64_t late_fetches() const noexcept { return late_.load(std::memory_order_relaxed); }
   std::uint64_t late_ns() const noexcept { return late_ns_.load(std::memory_order_relaxed); }
+  // Demand fetches whose launch's stream waited for the copy, and how long.
+  std::uint64_t demand_waited() const noexcept { return demand_waited_.load(std::memory_order_relaxed); }
+  std::uint64_t demand_wait_ns() const noexcept { return demand_wait_ns_.load(std::memory_order_relaxed); }
 
   // Copies are reported in batches of at least this many bytes per direction:
   // one small copy's time is mostly fixed cost, not bandwidth.
@@ -48,7 +52,7 @@ class MoveFeedback final : public alloc::MoveObserver {
   PolicyThread* policy_;
   RankedMutex mu_{kRankMoveFeedback, "runtime.move_feedback"};  // the batch; copies are reported by the mover thread, off every hot path
   Totals totals_[2];
-  std::atomic<std::uint64_t> late_{0}, late_ns_{0};
+  std::atomic<std::uint64_t> late_{0}, late_ns_{0}, demand_waited_{0}, demand_wait_ns_{0};
 };
 
 }  // namespace tierrt
