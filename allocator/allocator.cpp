@@ -310,6 +310,11 @@ std::uint64_t Allocator::trim(std::uint64_t bytes) noexcept {
 }
 void Allocator::drain() noexcept { p_->blocks.wait_moves_done(); }
 
+void Allocator::step_ended() noexcept {
+  auto l = p_->blocks.lock();
+  p_->groups.new_step(l);
+}
+
 void Allocator::hold_moves() noexcept {
   {
     auto l = p_->blocks.lock();

@@ -21,9 +21,11 @@ Group* GroupPool::take(std::uint32_t count, std::size_t bytes, const BlockStates
     try {
       const std::size_t words = (2 * std::size_t{count} + 63) / 64;
       std::unique_ptr<std::atomic<std::uint64_t>[]> bits(new std::atomic<std::uint64_t>[words]);
+      std::unique_ptr<std::atomic<std::uint64_t>[]> previous(new std::atomic<std::uint64_t>[words]);
       std::unique_ptr<Block*[]> members(new Block*[count]);
       s = &slots_.emplace_back();
       s->bits = std::move(bits);
+      s->previous_bits = std::move(previous);
       s->members = std::move(members);
       s->capacity = count;
       s->record.slab = true;
@@ -35,10 +37,14 @@ Group* GroupPool::take(std::uint32_t count, std::size_t bytes, const BlockStates
   }
   const std::size_t words = (2 * std::size_t{s->capacity} + 63) / 64;
   if (!learned)
-    for (std::size_t i = 0; i < words; ++i) s->bits[i].store(0, std::memory_order_relaxed);
+    for (std::size_t i = 0; i < words; ++i) {
+      s->bits[i].store(0, std::memory_order_relaxed);
+      s->previous_bits[i].store(0, std::memory_order_relaxed);
+    }
   s->last_bytes = bytes;
   for (std::uint32_t i = 0; i < s->capacity; ++i) s->members[i] = nullptr;
   s->group.boundaries = s->bits.get();
+  s->group.previous = s->previous_bits.get();
   s->group.count = count;
   s->group.untouched.store(0, std::memory_order_relaxed);
   s->group.fence.store(0, std::memory_order_relaxed);
@@ -50,6 +56,11 @@ Group* GroupPool::take(std::uint32_t count, std::size_t bytes, const BlockStates
   s->record.state.store(State::Resident, std::memory_order_seq_cst);
   s->live = true;
   return &s->group;
+}
+
+void GroupPool::new_step(const BlockStates::Lock&) noexcept {
+  for (Slot& s : slots_)
+    if (s.group.previous != nullptr) s.group.new_step((2 * std::size_t{s.capacity} + 63) / 64);
 }
 
 void GroupPool::give(Group* g, const BlockStates::Lock&) noexcept {

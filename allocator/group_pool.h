@@ -23,6 +23,9 @@ class GroupPool {
   // with every extent at the cap. Other groups start with none.
   Group* take(std::uint32_t count, std::size_t bytes, const BlockStates::Lock&) noexcept;
   void give(Group* g, const BlockStates::Lock&) noexcept;
+  // A step ended: every group's boundaries, live or kept for the next group
+  // of its size, start the next step afresh (Group::new_step).
+  void new_step(const BlockStates::Lock&) noexcept;
   // Group g's member list (count entries).
   Block** members(Group* g) noexcept { return slot_of(g).members.get(); }
   // Every group taken and not given back (shutdown: their ranges are freed).
@@ -36,7 +39,7 @@ class GroupPool {
   struct Slot {
     Group group;  // first: a Group* is its Slot*
     Block record;  // the group's use record (Group::record)
-    std::unique_ptr<std::atomic<std::uint64_t>[]> bits;
+    std::unique_ptr<std::atomic<std::uint64_t>[]> bits, previous_bits;
     std::unique_ptr<Block*[]> members;
     std::uint32_t capacity = 0;
     std::size_t last_bytes = 0;  // of the group it last served

@@ -140,6 +140,7 @@ void Engine::emit(const policy::Event& e) noexcept {
 
 void Engine::note_step() noexcept {
   const std::uint64_t index = steps_.fetch_add(1, std::memory_order_relaxed);
+  alloc_->step_ended();
   emit(policy::Event::step(index));
   sample(SampleKind::Step, index, 0);
   if (monitor_) monitor_->step_marked();

@@ -49,6 +49,26 @@ TEST(GroupBoundaries, AnExtentEndsAtTheNextNamedStartOrAfterTheNextNamedInterior
   EXPECT_EQ(g.extent_end(63, 0), 65u);
 }
 
+// Boundaries are learned per step: one launches stop naming still ends
+// extents through the next step, and is forgotten after a whole step
+// without it; one named again stays.
+TEST(GroupBoundaries, ABoundaryLastNamedTwoStepsAgoIsForgotten) {
+  std::atomic<std::uint64_t> bits[4] = {}, previous[4] = {};
+  Group g;
+  g.count = 100;
+  g.boundaries = bits;
+  g.previous = previous;
+  g.learn(10, /*at_start=*/true);
+  g.learn(40, /*at_start=*/true);
+  g.new_step(4);
+  EXPECT_EQ(g.extent_end(0, 0), 10u) << "learned in the step before";
+  g.learn(40, true);  // named again; member 10 is not
+  g.new_step(4);
+  EXPECT_EQ(g.extent_end(0, 0), 40u) << "member 10's start was not named for a whole step";
+  g.new_step(4);
+  EXPECT_EQ(g.extent_end(0, 0), 100u);
+}
+
 class Groups : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -111,6 +131,26 @@ TEST_F(Groups, MembersCoverTheAllocationAndHoldNothingUntilUsed) {
   EXPECT_EQ(s.groups, 1u);
   EXPECT_EQ(a_->live_blocks({}), 0u) << "untouched members are no live blocks";
   CU_OK(a_->free(p, nullptr));
+}
+
+// The allocator turns every group's step at tierrt_mark_step (step_ended):
+// a live group's, and a freed one's kept for the next group of its size
+// (XLA allocates its temporaries anew each step).
+TEST_F(Groups, EveryGroupLearnsItsBoundariesAfreshEachStep) {
+  CUdeviceptr p = 0, q = 0;
+  CU_OK(a_->allocate(&p, 64 * MiB, nullptr));
+  Group* g = a_->lookup(p)->group;
+  ASSERT_NE(g, nullptr);
+  g->learn(5, /*at_start=*/true);
+  a_->step_ended();
+  EXPECT_EQ(g->extent_end(0, 0), 5u) << "learned in the step before";
+  CU_OK(a_->free(p, nullptr));  // the step's temporary, freed before the step's marker
+  a_->step_ended();
+  CU_OK(a_->allocate(&q, 64 * MiB, nullptr));
+  Group* again = a_->lookup(q)->group;
+  ASSERT_EQ(again, g) << "the group of this size, with what it learned";
+  EXPECT_EQ(again->extent_end(0, 0), again->count) << "member 5's start was not named for a whole step";
+  CU_OK(a_->free(q, nullptr));
 }
 
 TEST_F(Groups, AMemberIsMappedAtItsFirstUseAndMovesOnItsOwn) {

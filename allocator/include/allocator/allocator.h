@@ -226,6 +226,9 @@ class Allocator {
   std::uint64_t release_empty_slabs() noexcept;
   // Waits until every started spill and fetch is finalised.
   void drain() noexcept;
+  // A training step ended (tierrt_mark_step): granule groups' boundaries are
+  // learned afresh in the next (Group::new_step).
+  void step_ended() noexcept;
   // No spill or fetch starts until the matching resume_moves() (the driver
   // forbids unmapping and mapping while a global-mode stream capture is
   // open); returns once the moves already under way are finalised. Holds

@@ -170,8 +170,13 @@ struct Group {
   std::size_t unit = 0;
   std::uint32_t count = 0;
   // Two bits per member: 2i, a launch named member i's first byte; 2i + 1,
-  // a launch named an address inside it past its first byte.
+  // a launch named an address inside it past its first byte. Learned per
+  // step: `boundaries` in the step under way, `previous` in the one before
+  // (null: none kept); an extent ends at what either says, so a boundary
+  // launches stopped naming is forgotten after a whole step without it
+  // (Allocator::step_ended).
   std::atomic<std::uint64_t>* boundaries = nullptr;
+  std::atomic<std::uint64_t>* previous = nullptr;
   Block* record = nullptr;            // the group's use record (Block::slab), type-stable with it
   std::atomic<std::uint32_t> fence{0};  // member moves in their window
   // Debug builds: launches past the fence check and not yet released (the
@@ -193,11 +198,24 @@ struct Group {
   std::uint32_t extent_end(std::uint32_t i, std::uint32_t cap) const noexcept {
     const std::uint32_t last = cap == 0 || count - i < cap ? count : i + cap;
     for (std::uint32_t j = i + 1; j < last; ++j) {
-      const std::uint64_t w = boundaries[(2 * j) / 64].load(std::memory_order_relaxed) >> ((2 * j) & 63);
+      const std::size_t k = (2 * j) / 64;
+      const std::uint64_t both = boundaries[k].load(std::memory_order_relaxed) |
+                                 (previous != nullptr ? previous[k].load(std::memory_order_relaxed) : 0);
+      const std::uint64_t w = both >> ((2 * j) & 63);
       if (w & 1) return j;
       if (w & 2) return j + 1;
     }
     return last;
+  }
+  // A step ended: what it learned becomes `previous`, and the next starts
+  // afresh. Launches may read meanwhile: a word seen half rotated only
+  // changes what is made resident ahead of them, never what is safe.
+  void new_step(std::size_t words) noexcept {
+    if (previous == nullptr) return;
+    for (std::size_t k = 0; k < words; ++k) {
+      previous[k].store(boundaries[k].load(std::memory_order_relaxed), std::memory_order_relaxed);
+      boundaries[k].store(0, std::memory_order_relaxed);
+    }
   }
 };
 
