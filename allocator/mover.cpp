@@ -512,19 +512,17 @@ void Mover::report(const Op& op) noexcept {
   if (op.kind != Move::Fetch) return;
   const std::uint64_t since = op.b->needed_since.exchange(0, std::memory_order_relaxed);
   const CUevent marker = op.b->late_marker.exchange(nullptr, std::memory_order_acq_rel);
-  double waited_ns = 0;
-  if (since == kNeededOnDemand && o != nullptr && op.timer.end != nullptr &&
-      UseTracker::device_ns_between(marker, op.timer.end, &waited_ns) && waited_ns > 0)
-    o->demand_fetch_waited(*op.b, static_cast<std::uint64_t>(waited_ns));
-  if (since > kNeededOnDemand && o != nullptr) {
-    std::uint64_t late_ns = 0;
-    double device_ns = 0;
-    if (marker == nullptr || op.timer.end == nullptr) {  // the host's clock: when the launch came
-      const std::uint64_t now = steady_ns();
-      late_ns = now > since ? now - since : 1;
-    } else if (UseTracker::device_ns_between(marker, op.timer.end, &device_ns) && device_ns > 0) {
-      late_ns = static_cast<std::uint64_t>(device_ns);  // the stream waited at the launch
-    }  // else the stream reached the launch after the copy ended (or has not yet): in time
+  // How long the launch's stream waited at the marker for the copy, on the
+  // device's clock: 0 when it got there after the copy ended (or has not yet).
+  const bool on_device = marker != nullptr && op.timer.end != nullptr;
+  double waited = 0;
+  if (on_device && !(UseTracker::device_ns_between(marker, op.timer.end, &waited) && waited > 0)) waited = 0;
+  const auto waited_ns = static_cast<std::uint64_t>(waited);
+  if (o != nullptr && since == kNeededOnDemand && waited_ns > 0) o->demand_fetch_waited(*op.b, waited_ns);
+  if (o != nullptr && since > kNeededOnDemand) {
+    // Without a marker the host's clock says: the launch came while the copy ran.
+    const std::uint64_t now = steady_ns();
+    const std::uint64_t late_ns = on_device ? waited_ns : (now > since ? now - since : 1);
     if (late_ns > 0) o->late_fetch(*op.b, late_ns);
   }
   uses_.release_mark(marker);

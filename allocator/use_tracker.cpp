@@ -282,19 +282,21 @@ bool UseTracker::try_adopt(Block* b, CUstream s, UseEvent* e) noexcept {
   return true;
 }
 
-CopyTimer UseTracker::start_timer(CUstream s) noexcept {
-  CUevent pair[2] = {nullptr, nullptr};
+CUevent UseTracker::take_timing_event() noexcept {
   {
     std::lock_guard<RankedMutex> g(mu_);
-    for (CUevent& e : pair)
-      if (!timing_free_.empty()) {
-        e = timing_free_.back();
-        timing_free_.pop_back();
-      }
+    if (!timing_free_.empty()) {
+      const CUevent e = timing_free_.back();
+      timing_free_.pop_back();
+      return e;
+    }
   }
-  for (CUevent& e : pair)
-    if (e == nullptr && TIERRT_CU(cuEventCreate, &e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) e = nullptr;
-  CopyTimer t{pair[0], pair[1]};
+  CUevent e = nullptr;
+  return TIERRT_CU(cuEventCreate, &e, CU_EVENT_DEFAULT) == CUDA_SUCCESS ? e : nullptr;
+}
+
+CopyTimer UseTracker::start_timer(CUstream s) noexcept {
+  CopyTimer t{take_timing_event(), take_timing_event()};
   if (t.begin == nullptr || t.end == nullptr || TIERRT_CU(cuEventRecord, t.begin, s) != CUDA_SUCCESS) release(&t);
   return t;
 }
@@ -304,22 +306,13 @@ void UseTracker::stop_timer(CopyTimer* t, CUstream s) noexcept {
 }
 
 std::uint64_t UseTracker::elapsed_ns(const CopyTimer& t) noexcept {
-  float ms = 0;
-  if (t.begin == nullptr || t.end == nullptr) return 0;
-  if (TIERRT_CU(cuEventElapsedTime, &ms, t.begin, t.end) != CUDA_SUCCESS || !(ms > 0)) return 0;
-  return static_cast<std::uint64_t>(static_cast<double>(ms) * 1e6);
+  double ns = 0;
+  return device_ns_between(t.begin, t.end, &ns) && ns > 0 ? static_cast<std::uint64_t>(ns) : 0;
 }
 
 CUevent UseTracker::mark(CUstream s) noexcept {
-  CUevent e = nullptr;
-  {
-    std::lock_guard<RankedMutex> g(mu_);
-    if (!timing_free_.empty()) {
-      e = timing_free_.back();
-      timing_free_.pop_back();
-    }
-  }
-  if (e == nullptr && TIERRT_CU(cuEventCreate, &e, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return nullptr;
+  const CUevent e = take_timing_event();
+  if (e == nullptr) return nullptr;
   if (TIERRT_CU(cuEventRecord, e, s) == CUDA_SUCCESS) return e;
   release_mark(e);
   return nullptr;
@@ -339,12 +332,9 @@ bool UseTracker::device_ns_between(CUevent from, CUevent to, double* ns) noexcep
 }
 
 void UseTracker::release(CopyTimer* t) noexcept {
-  std::lock_guard<RankedMutex> g(mu_);
-  for (CUevent* e : {&t->begin, &t->end})
-    if (*e != nullptr) {
-      timing_free_.push_back(*e);
-      *e = nullptr;
-    }
+  release_mark(t->begin);
+  release_mark(t->end);
+  t->begin = t->end = nullptr;
 }
 
 }  // namespace tierrt::alloc

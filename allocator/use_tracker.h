@@ -119,6 +119,7 @@ class UseTracker {
   static bool device_ns_between(CUevent from, CUevent to, double* ns) noexcept;
 
  private:
+  CUevent take_timing_event() noexcept;  // from the pool, else a new one; null when none
   static constexpr int kMaxChain = 16;
   // Events a stream waits on before its use is recorded: the oldest slot of
   // blocks whose slots are full (the new event then implies them).
