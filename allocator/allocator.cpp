@@ -18,6 +18,7 @@ CUresult Allocator::Parts::init() noexcept {
   backing = HostBacking::create(opt, arena);
   if (backing != nullptr) mover.reset(new (std::nothrow) Mover(blocks, arena, *backing, uses));
   if (mover == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (const CUresult u = uses.start(opt.lazy_use_window_ns); u != CUDA_SUCCESS) return u;
   arena.set_reclaimer(this);
   return mover->start();
 }
@@ -110,7 +111,7 @@ CUresult Allocator::Parts::reuse_cached(std::size_t mapped, std::size_t bytes, b
     auto l = blocks.lock();
     b = blocks.reuse(mapped, bytes, spillable, s, l);
     if (b == nullptr) return CUDA_SUCCESS;
-    nwaits = UseTracker::take_refs_owned(b, waits, s);
+    nwaits = uses.take_refs_owned(b, waits, s);
   }
   cache_hits.fetch_add(1, std::memory_order_relaxed);
   uses.touch(b);
@@ -355,6 +356,7 @@ Stats Allocator::stats() const noexcept {
   s.driver_allocs = p_->blocks_made.load(std::memory_order_relaxed) + p_->slabs.slabs_made();
   s.trimmed_bytes = p_->trimmed.load(std::memory_order_relaxed);
   s.tiering_stopped = p_->mover->tiering_stopped() != nullptr;
+  p_->uses.counts(&s.use_events, &s.lazy_uses);
   {
     auto l = p_->blocks.lock();
     s.groups = p_->live_groups;

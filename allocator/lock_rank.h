@@ -10,6 +10,10 @@
 //  30    alloc.blocks        block states, the resident list, the     -
 //                            cache, moves under way, user pins
 //  40    alloc.move_queue    moves waiting for the mover thread       -
+//  44    alloc.open_table    which streams have an open use event     -
+//  45    alloc.stream_uses   one stream's open use event (recorded    alloc.blocks,
+//                            under it: a capture cannot begin between alloc.slabs
+//                            the look and the record)
 //  50    alloc.uses          use slots of every block and slab, the   alloc.blocks,
 //                            event pool, timing-event pairs           alloc.slabs
 //  60    alloc.host_tier     pinned pool growth                       -
@@ -28,6 +32,8 @@ enum LockRank : unsigned {
   kRankSlabs = 20,
   kRankBlocks = 30,
   kRankMoveQueue = 40,
+  kRankOpenTable = 44,
+  kRankStreamUses = 45,
   kRankUses = 50,
   kRankHostTier = 60,
   kRankPinnedPool = 70,

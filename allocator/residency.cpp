@@ -63,11 +63,15 @@ void Allocator::release(std::span<Block* const> blocks) noexcept {
   p_->blocks.pins_released();
 }
 
-CUresult Allocator::record_use(std::span<Block* const> blocks, CUstream stream, bool capturing) noexcept {
-  if (!capturing) return p_->uses.record(blocks, stream);
+CUresult Allocator::record_use(std::span<Block* const> blocks, CUstream stream, bool capturing, bool lazy) noexcept {
+  if (!capturing) return p_->uses.record(blocks, stream, lazy);
   auto l = p_->blocks.lock();
   for (Block* b : blocks) b->captured = true;
   return CUDA_SUCCESS;
+}
+
+void Allocator::flush_uses(CUstream stream, bool stream_destroyed) noexcept {
+  p_->uses.flush(stream, stream_destroyed);
 }
 
 CUresult Allocator::pin(Block* b, CUstream stream) noexcept {

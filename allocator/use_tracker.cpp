@@ -2,6 +2,7 @@
 
 #include <cassert>
 
+#include "steady_clock.h"
 #include "driver/driver.h"
 
 namespace tierrt::alloc {
@@ -12,6 +13,25 @@ UseTracker::~UseTracker() {
   for (UseEvent& e : storage_)
     if (e.ev != nullptr) (void)TIERRT_CU(cuEventDestroy, e.ev);
   for (CUevent e : timing_free_) (void)TIERRT_CU(cuEventDestroy, e);
+  if (legacy_proxy_ != nullptr) (void)TIERRT_CU(cuStreamDestroy, legacy_proxy_);
+}
+
+CUresult UseTracker::start(std::uint64_t window_ns) noexcept {
+  window_ns_ = window_ns;
+  return TIERRT_CU(cuStreamCreate, &legacy_proxy_, 0u);
+}
+
+void UseTracker::counts(std::uint64_t* events, std::uint64_t* lazy) noexcept {
+  {
+    std::lock_guard<RankedMutex> g(mu_);
+    *events = eager_records_;
+  }
+  *lazy = 0;
+  for (OpenStream& st : open_) {
+    std::lock_guard<RankedMutex> g(st.mu);
+    *events += st.records;
+    *lazy += st.lazy_uses;
+  }
 }
 
 UseEvent* UseTracker::pop_free_locked() noexcept {
@@ -19,6 +39,8 @@ UseEvent* UseTracker::pop_free_locked() noexcept {
   if (e != nullptr) {
     free_ = e->next_free;
     e->refs.store(1, std::memory_order_relaxed);
+    e->phase.store(UsePhase::Recorded, std::memory_order_relaxed);
+    e->on = nullptr;
   }
   return e;
 }
@@ -86,6 +108,12 @@ std::size_t UseTracker::store_locked(std::span<Block* const> blocks, std::size_t
     Block* b = blocks[i];
     assert(b->nuses >= 0 && b->nuses <= kMaxUseSlots);
     const int slot = slot_of(b, s);
+    if (slot >= 0 && b->uses[slot].ev == e) {
+      // The stream's open event again (lazy): recorded after this use too,
+      // so the slot stands as it is (retire_completed still matches it).
+      b->last_use.store(now, std::memory_order_relaxed);
+      continue;
+    }
     if (slot >= 0) {
       unref_locked(b->uses[slot].ev);
       b->uses[slot] = UseSlot{s, e, now};
@@ -105,17 +133,27 @@ std::size_t UseTracker::store_locked(std::span<Block* const> blocks, std::size_t
   return blocks.size();
 }
 
-CUresult UseTracker::record(std::span<Block* const> blocks, CUstream s) noexcept {
+CUresult UseTracker::record(std::span<Block* const> blocks, CUstream s, bool lazy) noexcept {
+  if (!lazy || drv::is_per_thread_stream_key(s)) return record_now(blocks, s);
+  // Null is the legacy stream, and an open-stream slot's "none".
+  return record_lazily(blocks, s == nullptr ? CU_STREAM_LEGACY : s);
+}
+
+CUresult UseTracker::record_now(std::span<Block* const> blocks, CUstream s) noexcept {
   Chain chain;
   UseEvent* e = nullptr;
   {
     std::lock_guard<RankedMutex> g(mu_);
     e = pop_free_locked();
     collect_chain_locked(blocks, s, &chain);
+    ++eager_records_;
   }
   if (e == nullptr) e = acquire();
   CUresult r = e != nullptr ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-  for (int i = 0; i < chain.n && r == CUDA_SUCCESS; ++i) r = TIERRT_CU(cuStreamWaitEvent, s, chain.ev[i]->ev, 0u);
+  // A chained event that cannot be recorded cannot be waited on: this use
+  // becomes unrecorded too (it may not look complete before that one).
+  for (int i = 0; i < chain.n && r == CUDA_SUCCESS; ++i)
+    r = settle_event(chain.ev[i]) ? TIERRT_CU(cuStreamWaitEvent, s, chain.ev[i]->ev, 0u) : CUDA_ERROR_NOT_READY;
   if (r == CUDA_SUCCESS) r = TIERRT_CU(cuEventRecord, e->ev, s);
   // Another recorder may have filled a block's slots since the chain was
   // collected: the host waits for the slot it displaces, one at a time.
@@ -139,6 +177,132 @@ CUresult UseTracker::record(std::span<Block* const> blocks, CUstream s) noexcept
     return m != CUDA_SUCCESS ? m : r;
   }
   return waited;
+}
+
+CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s) noexcept {
+  OpenStream* st = open_stream(s);
+  if (st == nullptr && (st = claim_open_stream(s)) == nullptr) return record_now(blocks, s);
+  std::unique_lock<RankedMutex> g(st->mu);
+  if (st->key.load(std::memory_order_relaxed) != s) {  // destroyed and claimed again meanwhile
+    g.unlock();
+    return record_now(blocks, s);
+  }
+  if (st->open == nullptr) {
+    UseEvent* e = acquire();
+    if (e == nullptr) {
+      g.unlock();
+      return record_now(blocks, s);
+    }
+    e->on = s;
+    e->phase.store(UsePhase::Open, std::memory_order_release);
+    st->open = e;
+  }
+  bool stored = false;
+  {
+    std::lock_guard<RankedMutex> u(mu_);
+    // A block whose slots are all other streams' needs the chain: the eager way.
+    bool full = false;
+    for (Block* b : blocks) full |= b->nuses == kMaxUseSlots && slot_of(b, s) < 0;
+    if (!full) {
+      UseSlot late;
+      (void)store_locked(blocks, 0, s, st->open, Chain{}, &late);
+      assert(late.ev == nullptr);  // no slot was full, under the same lock
+      stored = true;
+    }
+  }
+  if (!stored) {
+    g.unlock();
+    return record_now(blocks, s);
+  }
+  ++st->lazy_uses;
+  if (steady_ns() - st->recorded_ns >= window_ns_) record_open_locked(*st, /*launcher=*/true);
+  return CUDA_SUCCESS;
+}
+
+UseTracker::OpenStream* UseTracker::open_stream(CUstream s) noexcept {
+  const std::size_t first = (reinterpret_cast<std::uintptr_t>(s) >> 4) % kOpenStreams;
+  for (std::size_t k = 0; k < kOpenStreams; ++k) {
+    OpenStream& st = open_[(first + k) % kOpenStreams];
+    if (st.key.load(std::memory_order_acquire) == s) return &st;
+  }
+  return nullptr;
+}
+
+UseTracker::OpenStream* UseTracker::claim_open_stream(CUstream s) noexcept {
+  std::lock_guard<RankedMutex> g(open_table_mu_);
+  if (OpenStream* st = open_stream(s)) return st;
+  const std::size_t first = (reinterpret_cast<std::uintptr_t>(s) >> 4) % kOpenStreams;
+  for (std::size_t k = 0; k < kOpenStreams; ++k) {
+    OpenStream& st = open_[(first + k) % kOpenStreams];
+    if (st.key.load(std::memory_order_acquire) != nullptr) continue;
+    std::lock_guard<RankedMutex> l(st.mu);
+    if (st.key.load(std::memory_order_relaxed) != nullptr) continue;  // its flush is under way
+    assert(st.open == nullptr);
+    st.recorded_ns = 0;
+    st.key.store(s, std::memory_order_release);
+    return &st;
+  }
+  return nullptr;
+}
+
+void UseTracker::record_open_locked(OpenStream& st, bool launcher) noexcept {
+  UseEvent* e = st.open;
+  if (e == nullptr) return;
+  const CUstream s = e->on;
+  CUresult r = CUDA_SUCCESS;
+  if (launcher) {
+    r = TIERRT_CU(cuEventRecord, e->ev, s);
+  } else if (s == CU_STREAM_LEGACY || s == nullptr) {
+    // Our blocking stream runs after the legacy stream's earlier work.
+    r = legacy_proxy_ != nullptr ? TIERRT_CU(cuEventRecord, e->ev, legacy_proxy_) : CUDA_ERROR_NOT_READY;
+  } else {
+    // Never into a capture: the event would be the graph's, not a record.
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    r = TIERRT_CU(cuStreamIsCapturing, s, &cs);
+    if (r == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE) r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (r == CUDA_SUCCESS) r = TIERRT_CU(cuEventRecord, e->ev, s);
+  }
+  e->phase.store(r == CUDA_SUCCESS ? UsePhase::Recorded : UsePhase::Failed, std::memory_order_release);
+  st.open = nullptr;
+  st.recorded_ns = steady_ns();
+  ++st.records;
+  unref(e);
+}
+
+bool UseTracker::settle_event(UseEvent* e) noexcept {
+  if (unrecorded(e)) return false;
+  UsePhase ph = e->phase.load(std::memory_order_acquire);
+  if (ph == UsePhase::Open) {
+    // Open: it is its stream's open event (a flush or record ends that under
+    // the stream's lock before the stream's slot goes).
+    if (OpenStream* st = open_stream(e->on)) {
+      std::lock_guard<RankedMutex> g(st->mu);
+      if (e->phase.load(std::memory_order_acquire) == UsePhase::Open) {
+        assert(st->open == e);
+        record_open_locked(*st, /*launcher=*/false);
+      }
+    }
+    ph = e->phase.load(std::memory_order_acquire);
+  }
+  assert(ph != UsePhase::Open);
+  return ph == UsePhase::Recorded;
+}
+
+void UseTracker::settle(UseSlot* u) noexcept {
+  if (u->ev == nullptr || unrecorded(u->ev) || settle_event(u->ev)) return;
+  // Not recorded: complete once its stream is idle (the caller's reference goes).
+  unref(u->ev);
+  u->ev = &unrecorded_;
+}
+
+void UseTracker::flush(CUstream s, bool forget) noexcept {
+  if (s == nullptr) s = CU_STREAM_LEGACY;
+  OpenStream* st = open_stream(s);
+  if (st == nullptr) return;
+  std::lock_guard<RankedMutex> g(st->mu);
+  if (st->key.load(std::memory_order_relaxed) != s) return;
+  record_open_locked(*st, /*launcher=*/false);
+  if (forget) st->key.store(nullptr, std::memory_order_release);
 }
 
 CUresult UseTracker::mark_unrecorded(std::span<Block* const> blocks, CUstream s) noexcept {
@@ -177,8 +341,17 @@ CUresult UseTracker::mark_unrecorded(std::span<Block* const> blocks, CUstream s)
 }
 
 int UseTracker::take_refs(Block* b, UseSlot* out, CUstream except) noexcept {
-  std::lock_guard<RankedMutex> g(mu_);
-  return take_refs_owned(b, out, except);
+  int n = 0;
+  {
+    std::lock_guard<RankedMutex> g(mu_);
+    for (int i = 0; i < b->nuses; ++i)
+      if (except == nullptr || b->uses[i].stream != except) {
+        ref(b->uses[i].ev);
+        out[n++] = b->uses[i];
+      }
+  }
+  for (int i = 0; i < n; ++i) settle(&out[i]);
+  return n;
 }
 
 CUresult UseTracker::wait_then_unref(CUstream s, std::span<const UseSlot> uses) noexcept {
@@ -211,8 +384,13 @@ CUresult UseTracker::wait_host(const UseSlot& u) noexcept {
 }
 
 bool UseTracker::completed(const UseSlot& u) noexcept {
-  if (unrecorded(u.ev))
-    return !drv::is_foreign_stream_key(u.stream) && TIERRT_CU(cuStreamQuery, u.stream) == CUDA_SUCCESS;
+  if (unrecorded(u.ev)) {
+    if (drv::is_foreign_stream_key(u.stream)) return false;
+    // Querying a stream that captures would end its capture.
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    return TIERRT_CU(cuStreamIsCapturing, u.stream, &cs) == CUDA_SUCCESS && cs == CU_STREAM_CAPTURE_STATUS_NONE &&
+           TIERRT_CU(cuStreamQuery, u.stream) == CUDA_SUCCESS;
+  }
   return TIERRT_CU(cuEventQuery, u.ev->ev) == CUDA_SUCCESS;
 }
 
@@ -242,7 +420,10 @@ CUresult UseTracker::forget(Block* b, bool synchronize) noexcept {
   }
   CUresult r = CUDA_SUCCESS;
   for (int i = 0; i < n; ++i) {
-    if (synchronize && r == CUDA_SUCCESS) r = wait_host(uses[i]);
+    if (synchronize && r == CUDA_SUCCESS) {
+      settle(&uses[i]);
+      r = wait_host(uses[i]);
+    }
     unref(uses[i].ev);
   }
   return r;
@@ -260,7 +441,7 @@ bool UseTracker::retire_completed(Block* b) noexcept {
     for (int i = 0; i < b->nuses; ++i) {
       bool complete = false;
       for (int j = 0; j < n && !complete; ++j)
-        complete = done[j] && seen[j].ev == b->uses[i].ev && seen[j].at == b->uses[i].at;
+        complete = done[j] && seen[j].stream == b->uses[i].stream && seen[j].at == b->uses[i].at;
       if (complete) unref_locked(b->uses[i].ev);
       else b->uses[kept++] = b->uses[i];
     }

@@ -6,6 +6,23 @@
 // be made or recorded is stored as the unrecorded marker: it is complete
 // only once its stream is idle, so the block never looks idle before. Also
 // the timing-event pairs that measure the mover's copies.
+//
+// Lazy use events. Recording an event after every launch is most of what the
+// launch hook costs, and nearly always nobody waits on it. A lazy use shares
+// its stream's open event (UsePhase::Open), which is recorded on the stream
+// by the first launch there once the window passed since the last record
+// (Options::lazy_use_window_ns),
+// or by whoever needs it first (settle): an event recorded later on the same
+// stream completes after the use all the same, so a wait is at most longer,
+// never shorter. Every slot handed out of the tracker is settled (take_refs,
+// forget, the chain), so nothing waits on or queries an open event. A
+// settle on the legacy stream records on a blocking stream of ours instead
+// (it runs after the legacy stream's earlier work, and touching the legacy
+// stream itself while a blocking stream captures would break that capture);
+// on a named stream it records there unless the stream captures, under the
+// stream's lock, which a capture's begin and a stream joining a capture take
+// first (flush): a capture never holds an event of ours. Per-thread default
+// streams are never lazy (no other thread can name them).
 #pragma once
 
 #include <cuda.h>
@@ -53,20 +70,33 @@ class UseTracker {
   // Records that work just enqueued on `s` uses the blocks. The caller
   // keeps them pinned meanwhile, so that no spill starts. When no event can
   // be recorded the blocks keep an unrecorded use on `s` and the error is
-  // returned.
-  CUresult record(std::span<Block* const> blocks, CUstream s) noexcept;
+  // returned. `lazy`: the uses share the stream's open event (see above);
+  // the caller passes it only for a stream any thread of this context may
+  // name (a named stream, or the legacy stream of the allocator's context).
+  CUresult record(std::span<Block* const> blocks, CUstream s, bool lazy = false) noexcept;
+  // Records `s`'s open event now, on `s`: before a capture begins on it or
+  // it joins one, and before it is destroyed (`forget`: its slot in the
+  // table is freed too).
+  void flush(CUstream s, bool forget = false) noexcept;
+  // Creates the blocking stream a settle on the legacy stream records on
+  // (in the current context, the allocator's); `window_ns`: how long an
+  // open event may gather lazy uses before a launch records it.
+  CUresult start(std::uint64_t window_ns) noexcept;
+  // Use events recorded so far, and uses that shared an open event.
+  void counts(std::uint64_t* events, std::uint64_t* lazy) noexcept;
   // The block's uses on streams other than `except` (all when null), each
-  // with a reference for the caller; returns how many.
+  // with a reference for the caller and settled; returns how many.
   int take_refs(Block* b, UseSlot* out, CUstream except = nullptr) noexcept;
   // The same for a block the caller has just taken from the cache: nothing
   // may use a freed block, so nobody else touches its slots (no lock).
-  static int take_refs_owned(const Block* b, UseSlot* out, CUstream except) noexcept {
+  int take_refs_owned(const Block* b, UseSlot* out, CUstream except) noexcept {
     int n = 0;
     for (int i = 0; i < b->nuses; ++i)
       if (except == nullptr || b->uses[i].stream != except) {
         ref(b->uses[i].ev);
         out[n++] = b->uses[i];
       }
+    for (int i = 0; i < n; ++i) settle(&out[i]);
     return n;
   }
   // Makes `s` wait for each event and drops the references. A use with no
@@ -120,6 +150,26 @@ class UseTracker {
 
  private:
   CUevent take_timing_event() noexcept;  // from the pool, else a new one; null when none
+  static constexpr int kOpenStreams = 64;
+  // A stream whose launches record lazily: its open event.
+  struct OpenStream {
+    std::atomic<CUstream> key{nullptr};  // written under mu (and open_table_mu_ to claim)
+    RankedMutex mu{kRankStreamUses, "alloc.stream_uses"};
+    UseEvent* open = nullptr;        // holds one reference; null: none open
+    std::uint64_t recorded_ns = 0;   // when its open event was last recorded
+    std::uint64_t lazy_uses = 0, records = 0;  // under mu; kept when the slot passes to another stream
+  };
+  OpenStream* open_stream(CUstream s) noexcept;  // null when it has none
+  OpenStream* claim_open_stream(CUstream s) noexcept;  // null when the table is full
+  // Records `st`'s open event: on its stream from a launch on it
+  // (`launcher`), else as settle says; then none is open.
+  void record_open_locked(OpenStream& st, bool launcher) noexcept;
+  // An open event is recorded (a failed one becomes the unrecorded marker).
+  void settle(UseSlot* u) noexcept;
+  bool settle_event(UseEvent* e) noexcept;  // true once it is recorded
+  CUresult record_lazily(std::span<Block* const> blocks, CUstream s) noexcept;
+  CUresult record_now(std::span<Block* const> blocks, CUstream s) noexcept;
+
   static constexpr int kMaxChain = 16;
   // Events a stream waits on before its use is recorded: the oldest slot of
   // blocks whose slots are full (the new event then implies them).
@@ -146,6 +196,14 @@ class UseTracker {
   UseEvent* free_ = nullptr;         // pooled events (refs 0)
   std::deque<UseEvent> storage_;     // type-stable: events are never deleted
   std::vector<CUevent> timing_free_;
+  RankedMutex open_table_mu_{kRankOpenTable, "alloc.open_table"};
+  OpenStream open_[kOpenStreams];
+  CUstream legacy_proxy_ = nullptr;  // blocking: runs after the legacy stream's earlier work
+  // How long an open event may gather lazy uses before a launch records it:
+  // bounds how much later work a wait on a lazy use includes when nobody
+  // settled it earlier.
+  std::uint64_t window_ns_ = 20'000;
+  std::uint64_t eager_records_ = 0;  // under mu_
   std::atomic<std::uint64_t> clock_{0};
 };
 

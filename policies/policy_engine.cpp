@@ -291,12 +291,24 @@ std::optional<BlockId> PolicyEngine::block_of(std::uint32_t ordinal) const {
 }
 
 std::size_t PolicyEngine::set_launch_durations(LaunchSeq from, LaunchSeq to, std::uint64_t ns) {
+  // Launches arrive in sequence order (nearly: threads race to post), and
+  // the host may be a whole step ahead of the device's clock: the first
+  // launch at or past `from` is searched for, not walked back to.
+  std::size_t lo = 0, hi = events_.size();
+  while (lo < hi) {
+    const std::size_t mid = lo + (hi - lo) / 2;
+    std::size_t j = mid;
+    while (j < hi && events_[j].kind != EventKind::Launch) ++j;
+    if (j == hi) hi = mid;
+    else if (events_[j].a < from) lo = j + 1;
+    else hi = mid;
+  }
   std::size_t n = 0;
-  // Newest first: the launches measured are recent ones.
-  for (auto it = events_.rbegin(); it != events_.rend(); ++it) {
-    if (it->kind != EventKind::Launch) continue;
-    if (it->a < from) break;
-    if (it->a < to) it->b = ns, ++n;
+  for (std::size_t i = lo; i < events_.size(); ++i) {
+    Event& e = events_[i];
+    if (e.kind != EventKind::Launch) continue;
+    if (e.a >= to) break;
+    if (e.a >= from) e.b = ns, ++n;
   }
   return n;
 }

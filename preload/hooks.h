@@ -111,6 +111,7 @@ extern "C" CUresult CUDAAPI cuMemcpy3DBatchAsync(size_t count, CUDA_MEMCPY3D_BAT
   X(cuStreamEndCapture_ptsz, cuStreamEndCapture)                                     \
   X(cuCtxSynchronize, cuCtxSynchronize)                                              \
   X(cuCtxEnablePeerAccess, cuCtxEnablePeerAccess)                                    \
+  X(cuStreamDestroy_v2, cuStreamDestroy_v2)                                          \
   X(cuStreamSynchronize, cuStreamSynchronize)                                        \
   X(cuStreamSynchronize_ptsz, cuStreamSynchronize)                                   \
   X(cuGetProcAddress, cuGetProcAddress)                                              \

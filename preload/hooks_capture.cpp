@@ -1,7 +1,9 @@
-// Stream capture, the events that join side streams to a capture, and
-// synchronisation, told to the engine. While a stream captures, nothing of
-// tierrt's is recorded into it and nothing it names moves; a global-mode
-// capture holds every move in the process from before it begins.
+// Stream capture, the events that join side streams to a capture, a
+// stream's destruction, and synchronisation, told to the engine. While a
+// stream captures, nothing of tierrt's is recorded into it and nothing it
+// names moves; a global-mode capture holds every move in the process from
+// before it begins. Before a stream may join a capture (a wait while some
+// capture is open) or goes away, its pending lazy uses are recorded on it.
 #include "hooks.h"
 #include "engine_dispatch.h"
 #include "runtime/engine.h"
@@ -77,12 +79,18 @@ TIERRT_EVENT_RECORD_FLAGS_(cuEventRecordWithFlags_ptsz, ptsz)
 
 #define TIERRT_STREAM_WAIT_(name, stream_of)                                          \
   CUresult name(CUstream s, CUevent ev, unsigned flags) {                             \
+    each_engine([&](Engine& e) { e.before_stream_wait(stream_of(s)); });              \
     const CUresult r = TIERRT_REAL(name, cuStreamWaitEvent)(s, ev, flags);            \
     if (r == CUDA_SUCCESS) each_engine([&](Engine& e) { e.note_stream_wait(stream_of(s), ev); }); \
     return r;                                                                         \
   }
 TIERRT_STREAM_WAIT_(cuStreamWaitEvent, TIERRT_SAME_)
 TIERRT_STREAM_WAIT_(cuStreamWaitEvent_ptsz, ptsz)
+
+CUresult cuStreamDestroy_v2(CUstream s) {
+  each_engine([&](Engine& e) { e.stream_destroyed(s); });
+  return TIERRT_REAL(cuStreamDestroy_v2, cuStreamDestroy_v2)(s);
+}
 
 // Synchronisation points: what the policy learns the step's shape from.
 CUresult cuCtxSynchronize() {

@@ -27,6 +27,7 @@ alloc::Options allocator_options(const ResolvedSettings& r, alloc::HostShare* no
   o.mode = r.spill_mode;
   o.group_bytes = r.granule_bytes;
   o.group_unit = r.granule_unit;
+  o.lazy_use_window_ns = r.use_event_window_ns;
   return o;
 }
 

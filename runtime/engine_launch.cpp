@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "driver/driver.h"
+#include "policies/lifetime_class.hpp"
 #include "runtime/engine.h"
 
 namespace tierrt {
@@ -202,8 +203,22 @@ void Engine::after_use(const BlockList& blocks, CUstream key, bool capturing, bo
   // is waited for here, on the thread whose context it is.
   if (enqueued && !capturing && count() > 1 && !drv::names_a_stream(key) && !on_engine_context())
     (void)TIERRT_CU(cuStreamSynchronize, key);
-  if (enqueued) alloc_->record_use(blocks.span(), key, capturing);
+  if (enqueued) alloc_->record_use(blocks.span(), key, capturing, !capturing && may_record_lazily(blocks, key));
   alloc_->release(blocks.span());
+}
+
+// A lazy use costs no event now; a wait on it may include the stream's later
+// work (at most UseTracker::kOpenWindowNs of launches, unless it is settled
+// earlier). So only where some thread of ours may record on the stream, and
+// where no block named is about to move: an activation (the planner spills it
+// right after its last use in the forward pass) or a granule group's member
+// (moved per granule, behind its group's fence).
+bool Engine::may_record_lazily(const BlockList& blocks, CUstream key) const noexcept {
+  if (!drv::names_a_stream(key) && !(key == CU_STREAM_LEGACY && (count() == 1 || on_engine_context()))) return false;
+  constexpr std::uint8_t kActivation = 1 + static_cast<std::uint8_t>(policy::LifetimeClass::Activation);
+  for (const alloc::Block* b : blocks.span())
+    if (b->group != nullptr || b->lifetime.load(std::memory_order_relaxed) == kActivation) return false;
+  return true;
 }
 
 void Engine::note_launch(const BlockList& blocks, CUstream key, bool capturing) noexcept {

@@ -1,6 +1,7 @@
 #include "runtime/settings.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstdlib>
 #include <filesystem>
 #include <iterator>
@@ -50,6 +51,22 @@ std::optional<config::ByteSize> parse_budget(const char* variable, const char* v
     return std::nullopt;
   }
   return b;
+}
+
+// A whole number of microseconds up to one second: a longer window would let
+// a wait on a lazy use include that much of the stream's later work.
+bool parse_window_us(const char* value, std::uint64_t* out, std::string* error) {
+  const std::string_view v(value);
+  std::uint64_t n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || end != v.data() + v.size() || n > 1'000'000) {
+    if (error != nullptr)
+      *error = config::refusal("TIERRT_USE_EVENT_WINDOW_US", v,
+                               "a whole number of microseconds from 0 (every launch records its own event) to 1000000");
+    return false;
+  }
+  *out = n;
+  return true;
 }
 
 // Two outputs written to one file lose one of them: refused, naming both.
@@ -168,6 +185,9 @@ bool read_settings(Settings* out, std::string* error, config::GetenvFn getenv_fn
     if (!b) return false;
     s.granule_extent = b->bytes;
   }
+  if (const char* v = value_of(getenv_fn, "TIERRT_USE_EVENT_WINDOW_US")) {
+    if (!parse_window_us(v, &s.use_event_window_us, error)) return false;
+  }
   if (const char* v = value_of(getenv_fn, "TIERRT_SPILL_MODE")) {
     auto k = config::parse_choice("TIERRT_SPILL_MODE", v, {"auto", "remap", "copy"}, error);
     if (!k) return false;
@@ -237,6 +257,7 @@ ResolvedSettings resolve(const Settings& s, const MachineFacts& machine) noexcep
   r.spill_mode = s.spill_mode;
   r.granule_bytes = s.granule_bytes;
   r.granule_unit = s.granule_unit;
+  r.use_event_window_ns = s.use_event_window_us * 1000;
   if (s.mode == Mode::Observe) r.host_budget = 1;
   return r;
 }

@@ -55,13 +55,27 @@ const Setup& setup() {
   return s;
 }
 
+constexpr size_t kBlockBytes = 2u << 20;
+
+// Whether n live blocks fit on the device (simdev's holds 4 GiB unless
+// SIMDEV_MEM says more; the blocks are never touched, so a larger one costs
+// no host memory): past that they would be spilled, which is not what is
+// measured here.
+bool fits(benchmark::State& st, size_t n) {
+  setup();
+  size_t free_bytes = 0, total = 0;
+  if (cuMemGetInfo(&free_bytes, &total) != CUDA_SUCCESS || n * kBlockBytes <= total * 7 / 8) return true;
+  st.SkipWithError("the live blocks do not fit on this device (on simdev: SIMDEV_MEM=32GiB)");
+  return false;
+}
+
 // n live blocks; the launch names 8 of them, spread over the set.
 std::vector<CUdeviceptr>& blocks(size_t n) {
   static std::vector<CUdeviceptr> live;
   Engine* e = setup().engine;
   while (live.size() < n) {
     CUdeviceptr p;
-    if (e->allocate(&p, 2u << 20, nullptr) != CUDA_SUCCESS) std::abort();
+    if (e->allocate(&p, kBlockBytes, nullptr) != CUDA_SUCCESS) std::abort();
     live.push_back(p);
   }
   return live;
@@ -82,6 +96,7 @@ void run_launches(benchmark::State& st, bool hooked, bool launch_too) {
   const Setup& s = setup();
   CUdeviceptr ptrs[8];
   void* params[8];
+  if (!fits(st, static_cast<size_t>(st.range(0)))) return;
   launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
   auto call = [&] {
     return launch_too ? TIERRT_CU(cuLaunchKernel, s.f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr) : CUDA_SUCCESS;
@@ -107,6 +122,7 @@ void BM_LaunchHookAdded(benchmark::State& st) {
   const Setup& s = setup();
   CUdeviceptr ptrs[8];
   void* params[8];
+  if (!fits(st, static_cast<size_t>(st.range(0)))) return;
   launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
   auto call = [&] { return TIERRT_CU(cuLaunchKernel, s.f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr); };
   constexpr int kRound = 256;

@@ -212,6 +212,27 @@ TEST_P(UnrecordedUse, KeepsAFreedBlockFromBeingHandedOut) {
   CU_OK(a->free(y, CU_STREAM_LEGACY));
 }
 
+// A use with no event on a stream that then begins a capture: asking whether
+// it is over must not query that stream (the driver would end the capture).
+TEST_P(UnrecordedUse, OnAStreamThatBeganACaptureLeavesTheCaptureAlone) {
+  auto a = make(GetParam());
+  Streams st;
+  constexpr std::size_t n = 4 * MiB;
+  CUdeviceptr x = 0, y = 0;
+  CU_OK(a->allocate(&x, n, CU_STREAM_LEGACY));
+  ASSERT_EQ(simdev_inject_fault("cuEventRecord", 1, 0), 0);
+  EXPECT_NE(use_ptrs(*a, {x}, st.reader, [&] { return cuMemsetD8Async(x, 1, n, st.reader); }), CUDA_SUCCESS);
+  simdev_clear_faults();
+  CU_OK(cuStreamBeginCapture(st.reader, CU_STREAM_CAPTURE_MODE_RELAXED));
+  CU_OK(a->free(x, CU_STREAM_LEGACY));
+  CU_OK(a->allocate(&y, n, CU_STREAM_LEGACY));  // looks at the freed block's use
+  CUgraph g = nullptr;
+  EXPECT_EQ(cuStreamEndCapture(st.reader, &g), CUDA_SUCCESS) << "tierrt ended the application's capture";
+  if (g != nullptr) CU_OK(cuGraphDestroy(g));
+  CU_OK(cuCtxSynchronize());
+  CU_OK(a->free(y, CU_STREAM_LEGACY));
+}
+
 // cuEventCreate fails (no pooled event is left): the same.
 TEST_P(UnrecordedUse, OfAnEventThatCouldNotBeCreatedKeepsAFreedSlotFromBeingHandedOut) {
   auto a = make(GetParam());

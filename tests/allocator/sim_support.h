@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -162,13 +163,47 @@ inline CUresult launch3(CUfunction f, CUstream s, std::uint64_t a, std::uint64_t
   return cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, s, params, nullptr);
 }
 
+// Whether use_blocks records its uses lazily (use_tracker.h), as the
+// runtime does for a named or the legacy stream when nothing named is about
+// to move. Set by a suite's fixture before the test's threads start.
+inline std::atomic<bool>& lazy_uses() {
+  static std::atomic<bool> lazy{false};
+  return lazy;
+}
+
+// Lazily, no launch records its stream's open event: only a wait settles it
+// (the path a short window would mostly hide).
+inline void apply_lazy_uses(Options* o) {
+  if (lazy_uses()) o->lazy_use_window_ns = UINT64_MAX;
+}
+
+// A suite's parameter: the spill mode, and whether uses are recorded lazily.
+struct ModeParam {
+  SpillMode mode = SpillMode::Remap;
+  bool lazy = false;
+  operator SpillMode() const { return mode; }  // NOLINT: make(GetParam()) as before
+};
+inline std::string mode_param_name(const ::testing::TestParamInfo<ModeParam>& i) {
+  return std::string(i.param.mode == SpillMode::Remap ? "remap" : "copy") + (i.param.lazy ? "_lazy" : "");
+}
+inline auto every_mode_param() {
+  return ::testing::Values(ModeParam{SpillMode::Remap, false}, ModeParam{SpillMode::Copy, false},
+                           ModeParam{SpillMode::Remap, true}, ModeParam{SpillMode::Copy, true});
+}
+// The fixture of a suite run with every ModeParam.
+class ModeSuite : public ::testing::TestWithParam<ModeParam> {
+ protected:
+  void SetUp() override { lazy_uses() = GetParam().lazy; }
+  void TearDown() override { lazy_uses() = false; }
+};
+
 // What the runtime does around a launch that names `blocks`.
 template <class F>
 CUresult use_blocks(Allocator& a, std::span<Block* const> blocks, CUstream s, F&& enqueue) {
   CUresult r = a.ensure_resident(blocks, s);
   if (r != CUDA_SUCCESS) return r;
   r = enqueue();
-  if (r == CUDA_SUCCESS) r = a.record_use(blocks, s);
+  if (r == CUDA_SUCCESS) r = a.record_use(blocks, s, /*capturing=*/false, lazy_uses().load());
   a.release(blocks);
   return r;
 }

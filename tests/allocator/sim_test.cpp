@@ -19,6 +19,7 @@ constexpr std::size_t MiB = 1u << 20;
 std::unique_ptr<Allocator> make(SpillMode m, Options o = {}) {
   Env::get().bind();
   o.mode = m;
+  apply_lazy_uses(&o);
   CUresult r = CUDA_SUCCESS;
   auto a = Allocator::create(o, &r);
   EXPECT_EQ(r, CUDA_SUCCESS) << drv::result_name(r);
@@ -36,10 +37,7 @@ Block* alloc(Allocator& a, std::size_t n, CUstream s = nullptr) {
   return b;
 }
 
-class Modes : public ::testing::TestWithParam<SpillMode> {};
-std::string mode_name(const ::testing::TestParamInfo<SpillMode>& i) {
-  return i.param == SpillMode::Remap ? "remap" : "copy";
-}
+class Modes : public ModeSuite {};
 
 // Invariant: a block's bytes after any spill / fetch cycle equal its bytes
 // before, bit for bit.
@@ -829,8 +827,107 @@ TEST_P(Modes, RescueGoesOverTheBudgetAtOnceWhenOnlyTheLaunchItselfPinsTheCandida
   CU_OK(a->free(y->va, nullptr));
 }
 
-INSTANTIATE_TEST_SUITE_P(Allocator, Modes, ::testing::Values(SpillMode::Remap, SpillMode::Copy),
-                         mode_name);
+INSTANTIATE_TEST_SUITE_P(Allocator, Modes, every_mode_param(), mode_param_name);
+
+// Lazy use events (use_tracker.h) where the stream they wait on is special.
+class LazyUses : public ::testing::TestWithParam<SpillMode> {
+ protected:
+  // No launch records the stream's open event itself: only a settle does.
+  std::unique_ptr<Allocator> make_lazy() {
+    Options o;
+    o.lazy_use_window_ns = UINT64_MAX;
+    return make(GetParam(), o);
+  }
+  // Fills b (at the end of a late kernel) on s, recording the use lazily.
+  static CUresult fill_late_lazily(Allocator& a, Block* b, CUstream s, std::uint64_t seed) {
+    Block* bs[1] = {b};
+    CUresult r = a.ensure_resident(bs, s);
+    if (r != CUDA_SUCCESS) return r;
+    r = launch3(Env::get().k.fill_late, s, b->va, b->size, seed);
+    if (r == CUDA_SUCCESS) r = a.record_use(bs, s, /*capturing=*/false, /*lazy=*/true);
+    a.release(bs);
+    return r;
+  }
+};
+
+// A lazy use on the legacy stream is settled while a blocking stream
+// captures: recorded on the legacy stream itself, the event would make it
+// depend on the capturing stream, which ends that capture. The block freed
+// and handed out again on another stream is written there only after the
+// use.
+TEST_P(LazyUses, ALegacyStreamUseSettledDuringACaptureLeavesTheCaptureAlone) {
+  auto a = make_lazy();
+  Block* b = alloc(*a, 8 * MiB);
+  const CUdeviceptr va = b->va;
+  CUstream blocking, s2;
+  CU_OK(cuStreamCreate(&blocking, 0));
+  CU_OK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  late_gate() = false;
+  CU_OK(fill_late_lazily(*a, b, CU_STREAM_LEGACY, 31));
+  CU_OK(cuStreamBeginCapture(blocking, CU_STREAM_CAPTURE_MODE_RELAXED));
+  CU_OK(a->free(va, s2));
+  CUdeviceptr p = 0;
+  const CUresult got_memory = a->allocate(&p, 8 * MiB, s2);  // settles the use: s2 waits for it
+  CUgraph g = nullptr;
+  const CUresult ended = cuStreamEndCapture(blocking, &g);
+  late_gate() = true;
+  CU_OK(got_memory);
+  EXPECT_EQ(ended, CUDA_SUCCESS) << "settling a legacy-stream use ended a capture";
+  if (g != nullptr) CU_OK(cuGraphDestroy(g));
+  ASSERT_EQ(p, va);  // the cached block
+  Block* c = a->lookup(p);
+  CU_OK(fill(*a, c, s2, 32));
+  std::vector<std::uint8_t> bytes;
+  CU_OK(read(*a, c, &bytes, s2));
+  EXPECT_EQ(bytes, expected(8 * MiB, 32)) << "the new owner's write ran before the old use";
+  const Stats st = a->stats();
+  EXPECT_EQ(st.lazy_uses, 1u);
+  CU_OK(a->free(p, s2));
+  CU_OK(cuCtxSynchronize());
+  CU_OK(cuStreamDestroy(blocking));
+  CU_OK(cuStreamDestroy(s2));
+}
+
+// A stream destroyed with a use still open: the event is recorded on it
+// before it goes (Allocator::flush_uses), so that handing the block out again
+// elsewhere waits on the device, and never on a stream made later with its
+// handle.
+TEST_P(LazyUses, AStreamDestroyedWithAnOpenUseIsWaitedForOnTheDevice) {
+  auto a = make_lazy();
+  Block* b = alloc(*a, 8 * MiB);
+  const CUdeviceptr va = b->va;
+  late_gate() = false;
+  CUstream s;
+  CUevent fill_done;
+  CU_OK(cuEventCreate(&fill_done, CU_EVENT_DISABLE_TIMING));
+  CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CU_OK(fill_late_lazily(*a, b, s, 47));
+  CU_OK(cuEventRecord(fill_done, s));
+  a->flush_uses(s, /*stream_destroyed=*/true);
+  CU_OK(cuStreamDestroy(s));
+  std::vector<CUstream> later(4);
+  for (CUstream& l : later) CU_OK(cuStreamCreate(&l, CU_STREAM_NON_BLOCKING));
+  CU_OK(a->free(va, later[0]));
+  CUdeviceptr p = 0;
+  const CUresult got_memory = a->allocate(&p, 8 * MiB, later[1]);
+  const CUresult fill_state = cuEventQuery(fill_done);
+  late_gate() = true;
+  CU_OK(got_memory);
+  EXPECT_EQ(fill_state, CUDA_ERROR_NOT_READY) << "the allocation waited on the host for the old use";
+  ASSERT_EQ(p, va);
+  Block* c = a->lookup(p);
+  CU_OK(fill(*a, c, later[1], 48));
+  std::vector<std::uint8_t> bytes;
+  CU_OK(read(*a, c, &bytes, later[1]));
+  EXPECT_EQ(bytes, expected(8 * MiB, 48)) << "the new owner's write ran before the old use";
+  CU_OK(a->free(p, later[1]));
+  CU_OK(cuCtxSynchronize());
+  CU_OK(cuEventDestroy(fill_done));
+  for (CUstream l : later) CU_OK(cuStreamDestroy(l));
+}
+
+INSTANTIATE_TEST_SUITE_P(Allocator, LazyUses, ::testing::Values(SpillMode::Remap, SpillMode::Copy),
+                         [](const auto& i) { return i.param == SpillMode::Remap ? "remap" : "copy"; });
 
 TEST(DriverTable, ResolvesVersionedNamesThroughTheRealDlsym) {
   Env::get().bind();

@@ -52,6 +52,7 @@ TEST_P(Stress, RandomSpillFetchCyclesKeepEveryByte) {
   Env::get().bind();
   Options o;
   o.mode = GetParam();
+  apply_lazy_uses(&o);
   o.min_bytes = 1;  // small sizes become blocks too
   auto a = Allocator::create(o);
   ASSERT_NE(a, nullptr);
@@ -140,12 +141,13 @@ TEST_P(Stress, RandomSpillFetchCyclesKeepEveryByte) {
 INSTANTIATE_TEST_SUITE_P(Allocator, Stress, ::testing::Values(SpillMode::Remap, SpillMode::Copy),
                          [](const auto& i) { return i.param == SpillMode::Remap ? "remap" : "copy"; });
 
-class Threads : public ::testing::TestWithParam<SpillMode> {};
+class Threads : public ModeSuite {};
 
 TEST_P(Threads, ManyThreadsAllocateFreeSpillAndFetch) {
   Env::get().bind();
   Options o;
   o.mode = GetParam();
+  apply_lazy_uses(&o);
   o.min_bytes = 64 * KiB;
   o.device_budget = 192 * MiB;  // tight: rescues spill other threads' blocks
   auto a = Allocator::create(o);
@@ -237,8 +239,7 @@ TEST_P(Threads, ManyThreadsAllocateFreeSpillAndFetch) {
   CU_OK(cuCtxSynchronize());
 }
 
-INSTANTIATE_TEST_SUITE_P(Allocator, Threads, ::testing::Values(SpillMode::Remap, SpillMode::Copy),
-                         [](const auto& i) { return i.param == SpillMode::Remap ? "remap" : "copy"; });
+INSTANTIATE_TEST_SUITE_P(Allocator, Threads, every_mode_param(), mode_param_name);
 
 }  // namespace
 }  // namespace tierrt::alloc::testing

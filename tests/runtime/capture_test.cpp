@@ -136,6 +136,43 @@ TEST_F(GraphTest, ARelaxedCaptureLetsBlocksMove) {
   EXPECT_EQ(CUDA_SUCCESS, free_now(idle));
 }
 
+// Launches on a stream that name nothing about to move share one use event
+// that is recorded later (lazy use events). Before the stream begins a
+// capture that event is recorded on it: memory used there before can still
+// be handed out again while the capture is open (the new owner's stream
+// waits on the event; with no event recorded the host would have to wait for
+// a capturing stream, which the driver refuses), and the graph holds only
+// what the application captured. (Run with TIERRT_USE_EVENT_WINDOW_US=1000000
+// no launch records the event itself.)
+TEST_F(GraphTest, AStreamsPendingUsesAreRecordedBeforeItsCaptureBegins) {
+  const CUdeviceptr used = allocate(kBytes, other_), named = allocate(kBytes, other_);
+  ASSERT_EQ(CUDA_SUCCESS, write(named, 2, s_));
+  ASSERT_EQ(CUDA_SUCCESS, write(used, 5, s_));  // its use waits on the stream's next record
+  ASSERT_EQ(CUDA_SUCCESS, begin(s_, CU_STREAM_CAPTURE_MODE_RELAXED));
+  ASSERT_EQ(CUDA_SUCCESS, check(named, 2, s_));
+  ASSERT_EQ(CUDA_SUCCESS, free_on(used, other_));
+  const std::uint64_t hits = e_->allocator_stats().cache_hits;
+  const CUdeviceptr again = allocate(kBytes, other_);
+  EXPECT_NE(0u, again) << "memory used before the capture could not be handed out during it";
+  EXPECT_GT(e_->allocator_stats().cache_hits, hits) << "the freed block was not the one reused";
+  CUgraph g = end(s_);
+  ASSERT_NE(nullptr, g);
+  auto get_nodes = testing_graphs::driver_fn<decltype(&cuGraphGetNodes)>("cuGraphGetNodes");
+  size_t nodes = 0;
+  ASSERT_EQ(CUDA_SUCCESS, get_nodes(g, nullptr, &nodes));
+  EXPECT_EQ(1u, nodes) << "something of tierrt's was recorded into the capture";
+  CUgraphExec exec = instantiate(g);
+  ASSERT_EQ(CUDA_SUCCESS, launch_graph(exec, other_));
+  ASSERT_EQ(CUDA_SUCCESS, write(again, 7, other_));
+  ASSERT_EQ(CUDA_SUCCESS, check(again, 7, other_));
+  EXPECT_EQ(0u, wrong());
+  destroy(g, exec);
+  if (again != 0) {
+    EXPECT_EQ(CUDA_SUCCESS, free_now(again));
+  }
+  EXPECT_EQ(CUDA_SUCCESS, free_now(named));
+}
+
 // cuMemAllocAsync on a capturing stream is the driver's (a graph memory
 // node), and so is the captured free of what it returned.
 TEST_F(GraphTest, AnAllocationInsideACaptureIsTheDrivers) {

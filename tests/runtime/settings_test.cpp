@@ -152,6 +152,20 @@ TEST_F(SettingsTest, ReadsTheAllocatorVariables) {
   EXPECT_EQ(d.spill_mode, alloc::SpillMode::Auto);
 }
 
+TEST_F(SettingsTest, UseEventWindowInMicroseconds) {
+  Settings s;
+  std::string err;
+  ASSERT_TRUE(read(&s, &err)) << err;
+  EXPECT_EQ(s.use_event_window_us, 20u);
+  g_env = {{"TIERRT_USE_EVENT_WINDOW_US", "0"}};  // every launch records its own event
+  ASSERT_TRUE(read(&s, &err)) << err;
+  EXPECT_EQ(s.use_event_window_us, 0u);
+  g_env = {{"TIERRT_USE_EVENT_WINDOW_US", "1000000"}};
+  ASSERT_TRUE(read(&s, &err)) << err;
+  EXPECT_EQ(resolve(s, MachineFacts{16ull << 30, 64ull << 30, 0, 1}).use_event_window_ns, 1'000'000'000u);
+  for (const char* bad : {"-1", "1000001", "20us", "1.5", "soon"}) expect_refused("TIERRT_USE_EVENT_WINDOW_US", bad);
+}
+
 TEST_F(SettingsTest, SpillMode) {
   for (auto [v, m] : {std::pair{"auto", alloc::SpillMode::Auto}, {"remap", alloc::SpillMode::Remap},
                       {"copy", alloc::SpillMode::Copy}}) {

@@ -34,6 +34,10 @@ struct Options {
   // mapped there, where remap mode reads it over the link.
   std::uint64_t group_bytes = 0;
   std::uint64_t group_unit = 4u << 20;
+  // How long a stream's open use event may gather lazy uses before a launch
+  // records it (use_tracker.h): what a wait on a lazy use nobody settled
+  // may include of the stream's later work.
+  std::uint64_t lazy_use_window_ns = 20'000;
 };
 
 struct AllocFlags {
@@ -87,6 +91,9 @@ struct Stats {
   // Their fences (block.h, Group): member moves that raised one, launches
   // that found one up and waited on the host, and how long they waited.
   std::uint64_t fenced_moves = 0, fence_waits = 0, fence_wait_ns = 0;
+  // Use events recorded (one per eager use, one per open event's record),
+  // and uses recorded lazily (sharing their stream's open event).
+  std::uint64_t use_events = 0, lazy_uses = 0;
   bool tiering_stopped = false;  // Allocator::stop_tiering: no spill starts
 };
 
@@ -193,8 +200,17 @@ class Allocator {
   bool unpin(Block* b) noexcept;
   // Records that work just enqueued on `stream` uses the blocks. Under stream
   // capture pass capturing = true: the blocks then stay resident for good.
+  // `lazy`: no event is recorded now unless one is due; the uses share the
+  // stream's next (use_tracker.h). Only for a stream every thread of the
+  // allocator's context names alike (a named stream, or the legacy stream
+  // from a thread on that context), and best when no named block is about
+  // to move (a wait on a lazy use may include later work of the stream).
   CUresult record_use(std::span<Block* const> blocks, CUstream stream,
-                      bool capturing = false) noexcept;
+                      bool capturing = false, bool lazy = false) noexcept;
+  // Records the stream's pending lazy uses now: before a capture begins on
+  // it or it joins one (nothing of tierrt's may be recorded into a
+  // capture), and before the stream is destroyed (`stream_destroyed`).
+  void flush_uses(CUstream stream, bool stream_destroyed = false) noexcept;
 
   // Contained failure: tierrt's own machinery went wrong (a broken
   // invariant, an exception where none was expected) and cannot be trusted

@@ -49,10 +49,20 @@ constexpr bool legal_transition(State from, State to) noexcept {
   return kLegalTransition[static_cast<int>(from)][static_cast<int>(to)];
 }
 
-// A pooled CUevent shared by every block a launch named.
+// A pooled CUevent shared by every block a launch named, or by every block
+// the launches on one stream named since its last record (an open event:
+// UseTracker::record, lazy). Only a recorded event may be waited on or
+// queried: the driver treats a never-recorded event as complete.
+enum class UsePhase : std::uint8_t {
+  Recorded,  // recorded on its stream after every use that names it
+  Open,      // not yet recorded: `on`'s next record (UseTracker::settle)
+  Failed,    // could not be recorded: its uses are complete once `on` is idle
+};
 struct UseEvent {
   CUevent ev = nullptr;
   std::atomic<int> refs{0};
+  std::atomic<UsePhase> phase{UsePhase::Recorded};
+  CUstream on = nullptr;  // the stream an open event will be recorded on (fixed while referenced)
   UseEvent* next_free = nullptr;
 };
 
@@ -114,7 +124,9 @@ struct Block {
   bool captured = false;    // named by a captured graph: stays resident
   std::uint32_t gen = 0;    // bumped when a spill starts or is aborted
   std::uint32_t ops_pending = 0;  // mover operations not yet finalised
-  std::uint8_t lifetime = 0;      // lifetime class set by the runtime (0: unknown)
+  // Lifetime class set by the runtime (0: unknown): written under alloc.blocks,
+  // read by launches (Engine::may_record_lazily).
+  std::atomic<std::uint8_t> lifetime{0};
   // A member of a granule group (null: a block of its own), its index, and
   // whether it was never used: FREED with its VA reserved and nothing
   // mapped there until its first use maps a chunk (Allocator::ensure_resident).

@@ -47,6 +47,8 @@ class CaptureTracker {
     if (active_.load(std::memory_order_acquire) == 0) return false;
     return capturing_slow(s);
   }
+  // Whether any capture is known to be open (a stream may join it).
+  bool any_active() const noexcept { return active_.load(std::memory_order_acquire) != 0; }
   // The capture `s` takes part in; 0 when none is known.
   std::uint64_t capture_id(CUstream s) const noexcept;
 

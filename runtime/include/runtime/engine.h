@@ -359,6 +359,7 @@ class Engine {
   CUresult begin_capture(CUstream s, CUstreamCaptureMode mode, Forward&& forward) noexcept {
     const bool global = mode == CU_STREAM_CAPTURE_MODE_GLOBAL;
     if (global) hold_for_capture();
+    alloc_->flush_uses(StreamIds::key(s));  // nothing of ours recorded into the capture
     const CUresult r = forward();
     if (!(r == CUDA_SUCCESS && capture_began(s, mode)) && global) resume_after_capture();
     return r;
@@ -375,6 +376,13 @@ class Engine {
   // cuStreamWaitEvent, as they went out.
   void note_event_record(CUevent ev, CUstream s) noexcept { captures_.note_record(ev, s); }
   void note_stream_wait(CUstream s, CUevent ev) noexcept { captures_.note_wait(s, ev); }
+  // cuStreamWaitEvent about to go out: while some capture is open, `s` may
+  // be joining it.
+  void before_stream_wait(CUstream s) noexcept {
+    if (captures_.any_active()) alloc_->flush_uses(StreamIds::key(s));
+  }
+  // cuStreamDestroy about to go out: a stream made later may get its handle.
+  void stream_destroyed(CUstream s) noexcept { alloc_->flush_uses(StreamIds::key(s), /*stream_destroyed=*/true); }
   bool capturing(CUstream s) noexcept { return captures_.capturing(s); }
 
   // Graphs built node by node, instantiated, updated and destroyed: each
@@ -512,6 +520,7 @@ class Engine {
   // may report, capture errors and INVALID_VALUE stand.
   CUresult before_use(BlockList& blocks, CUstream key, CUresult refusal) noexcept;
   void after_use(const BlockList& blocks, CUstream key, bool capturing, bool enqueued) noexcept;
+  bool may_record_lazily(const BlockList& blocks, CUstream key) const noexcept;
   // A launch went out on the stream `key` naming `blocks`.
   void note_launch(const BlockList& blocks, CUstream key, bool capturing) noexcept;
   // Answered: `data` holds tierrt's answer. Invalid: the driver's error for

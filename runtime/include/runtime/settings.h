@@ -51,6 +51,10 @@ struct Settings {
   std::uint64_t granule_bytes = 0;                       // TIERRT_GRANULE_BYTES (bytes; 0: off)
   std::uint64_t granule_unit = 4ull << 20;               // TIERRT_GRANULE_UNIT (bytes, above zero)
   std::uint64_t granule_extent = 32ull << 20;            // TIERRT_GRANULE_EXTENT (bytes; 0: no cap)
+  // How long a stream's launches may share one use event before one records
+  // it (allocator/use_tracker.h, lazy use events); 0: every launch records
+  // its own, as before lazy events.
+  std::uint64_t use_event_window_us = 20;                // TIERRT_USE_EVENT_WINDOW_US (0 .. 1000000)
 };
 
 // The names of every variable Settings reads, for documentation and checks.
@@ -63,6 +67,7 @@ inline constexpr const char* kSettingVariables[] = {
     "TIERRT_PLOT",
     "TIERRT_NODE_HOST_BUDGET", "TIERRT_NODE_KEY",
     "TIERRT_GRANULE_BYTES", "TIERRT_GRANULE_UNIT", "TIERRT_GRANULE_EXTENT",
+    "TIERRT_USE_EVENT_WINDOW_US",
 };
 
 // Reads the environment through getenv_fn (std::getenv when null). Returns
@@ -89,6 +94,7 @@ struct ResolvedSettings {
   alloc::SpillMode spill_mode = alloc::SpillMode::Auto;
   std::uint64_t granule_bytes = 0;  // 0: no granule groups
   std::uint64_t granule_unit = 0;   // bytes
+  std::uint64_t use_event_window_ns = 0;
 };
 
 // Budgets from percentages and defaults: the device budget defaults to the
