@@ -208,16 +208,23 @@ void Engine::after_use(const BlockList& blocks, CUstream key, bool capturing, bo
 }
 
 // A lazy use costs no event now; a wait on it may include the stream's later
-// work (at most UseTracker::kOpenWindowNs of launches, unless it is settled
-// earlier). So only where some thread of ours may record on the stream, and
-// where no block named is about to move: an activation (the planner spills it
-// right after its last use in the forward pass) or a granule group's member
-// (moved per granule, behind its group's fence).
+// work (up to the use-event window of the host's launches, which may be many
+// kernels on the device when the host runs ahead), unless it is settled
+// earlier. So only where some thread of ours may record on the stream, and
+// only when every block named is one whose move is never timed to its last
+// use: a small allocation's slab, a block never spilled, or one the policy
+// found persistent (weights, optimizer state) or workspace. An activation,
+// a block not yet classified, or a granule group's member records at once.
 bool Engine::may_record_lazily(const BlockList& blocks, CUstream key) const noexcept {
   if (!drv::names_a_stream(key) && !(key == CU_STREAM_LEGACY && (count() == 1 || on_engine_context()))) return false;
-  constexpr std::uint8_t kActivation = 1 + static_cast<std::uint8_t>(policy::LifetimeClass::Activation);
-  for (const alloc::Block* b : blocks.span())
-    if (b->group != nullptr || b->lifetime.load(std::memory_order_relaxed) == kActivation) return false;
+  constexpr std::uint8_t kPersistent = 1 + static_cast<std::uint8_t>(policy::LifetimeClass::Persistent);
+  constexpr std::uint8_t kWorkspace = 1 + static_cast<std::uint8_t>(policy::LifetimeClass::Workspace);
+  for (const alloc::Block* b : blocks.span()) {
+    if (b->group != nullptr) return false;
+    if (b->slab || !b->spillable) continue;
+    const std::uint8_t c = b->lifetime.load(std::memory_order_relaxed);
+    if (c != kPersistent && c != kWorkspace) return false;
+  }
   return true;
 }
 

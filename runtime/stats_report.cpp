@@ -144,6 +144,8 @@ void write_text(FILE* f, const Report& r) {
   std::fprintf(f, "  allocations             %10llu tracked, %llu reached the driver (%llu cache hits)\n",
                ull(t.allocations), ull(t.driver_allocations), ull(s.cache_hits));
   std::fprintf(f, "  launches seen           %10llu; steps marked %llu\n", ull(t.launches_seen), ull(t.steps_marked));
+  std::fprintf(f, "  use events              %10llu recorded; %llu uses shared their stream's next one\n",
+               ull(t.use_events), ull(t.lazy_uses));
   if (r.planner) {
     std::fprintf(f, "  planner                 %10llu spills, %llu prefetches started over %llu steps learned; "
                  "%llu mispredictions; %llu events dropped\n", ull(t.planned_spills), ull(t.planned_prefetches),
@@ -215,6 +217,8 @@ void write_json(FILE* f, const Report& r) {
   std::fprintf(f, "  \"allocations\": {\"tracked\": %llu, \"driver\": %llu, \"cache_hits\": %llu},\n",
                ull(t.allocations), ull(t.driver_allocations), ull(s.cache_hits));
   std::fprintf(f, "  \"launches\": %llu,\n  \"steps_marked\": %llu,\n", ull(t.launches_seen), ull(t.steps_marked));
+  std::fprintf(f, "  \"use_events\": {\"recorded\": %llu, \"lazy_uses\": %llu},\n", ull(t.use_events),
+               ull(t.lazy_uses));
   if (r.planner)
     std::fprintf(f, "  \"planner\": {\"spills\": %llu, \"prefetches\": %llu, \"steps_learned\": %llu, "
                  "\"mispredictions\": %llu, \"events_dropped\": %llu, \"learned_step_launches\": %u},\n",
@@ -302,6 +306,8 @@ void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
   t.late_fetches = e.moves().late_fetches();
   t.demand_fetches_waited = e.moves().demand_waited();
   t.demand_wait_ns = e.moves().demand_wait_ns();
+  t.use_events = s.use_events;
+  t.lazy_uses = s.lazy_uses;
   t.d2h_bytes_per_s = e.moves().bytes_per_s(alloc::MoveObserver::Direction::ToHost);
   t.h2d_bytes_per_s = e.moves().bytes_per_s(alloc::MoveObserver::Direction::ToDevice);
   if (const PolicyThread* p = e.planner()) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "driver/driver.h"
+#include "policies/lifetime_class.hpp"
 #include "runtime/engine.h"
 #include "simdev/simdev.h"
 
@@ -113,17 +114,49 @@ void BM_LaunchThroughHook(benchmark::State& st) { run_launches(st, true, true); 
 void BM_HookWorkOnly(benchmark::State& st) { run_launches(st, true, false); }
 
 
+// Steps of launches naming the 8 blocks, marked, until the policy found
+// them persistent (or, named by every launch, workspace): what a training
+// job's weights are after its first steps. False when it did not within 10 s.
+bool as_weights(const Setup& s, void** params) {
+  using tierrt::policy::LifetimeClass;
+  auto lasting = [&] {
+    const tierrt::alloc::Stats st = s.engine->allocator_stats();
+    return st.class_bytes[1 + static_cast<int>(LifetimeClass::Persistent)] +
+           st.class_bytes[1 + static_cast<int>(LifetimeClass::Workspace)];
+  };
+  const std::uint64_t before = lasting();
+  auto call = [&] { return TIERRT_CU(cuLaunchKernel, s.f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr); };
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (lasting() < before + 8 * kBlockBytes) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    for (int i = 0; i < 16; ++i)
+      if (s.engine->launch(s.f, nullptr, params, nullptr, call)) std::abort();
+    s.engine->note_step();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
 // The same 8-pointer launch, direct and through the hook, interleaved in
 // rounds of 256 so that both see the same machine; the counters give the
 // difference and the ratio from this one run. Each round queues behind a
 // busy kernel, so that simdev's own enqueue costs the same in both halves
 // (into an idle stream its worker races the launching thread).
+// weights:0 names blocks not yet classified (as an activation would be:
+// each launch records its use event); weights:1 names blocks the policy
+// found persistent, whose launches share their stream's use event (lazy use
+// events). "events_per_launch": use events recorded per hooked launch.
 void BM_LaunchHookAdded(benchmark::State& st) {
   const Setup& s = setup();
   CUdeviceptr ptrs[8];
   void* params[8];
   if (!fits(st, static_cast<size_t>(st.range(0)))) return;
   launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
+  if (st.range(1) != 0 && !as_weights(s, params)) {
+    st.SkipWithError("the policy did not find the blocks persistent");
+    return;
+  }
+  const std::uint64_t events_before = s.engine->allocator_stats().use_events;
   auto call = [&] { return TIERRT_CU(cuLaunchKernel, s.f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr); };
   constexpr int kRound = 256;
   double direct_ns = 0, hooked_ns = 0;
@@ -157,6 +190,8 @@ void BM_LaunchHookAdded(benchmark::State& st) {
     st.counters["hooked_ns"] = hooked_ns / n;
     st.counters["added_ns"] = (hooked_ns - direct_ns) / n;
     st.counters["hooked_over_direct"] = direct_ns > 0 ? hooked_ns / direct_ns : 0;
+    st.counters["events_per_launch"] =
+        static_cast<double>(s.engine->allocator_stats().use_events - events_before) / n;
   }
 }
 
@@ -232,7 +267,11 @@ void BM_AllocFreeTierrt(benchmark::State& st) {
 BENCHMARK(BM_LaunchDirect)->Arg(100)->Arg(1000)->Arg(10000);
 BENCHMARK(BM_LaunchThroughHook)->Arg(100)->Arg(1000)->Arg(10000);
 BENCHMARK(BM_HookWorkOnly)->Arg(100)->Arg(1000)->Arg(10000);
-BENCHMARK(BM_LaunchHookAdded)->Arg(100)->Arg(1000)->Arg(10000)->Iterations(200);
+// Not classified first: once found persistent, a block stays so.
+BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights"})->Args({100, 0})->Args({1000, 0})->Args({10000, 0})
+    ->Iterations(200);
+BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights"})->Args({100, 1})->Args({1000, 1})->Args({10000, 1})
+    ->Iterations(200);
 BENCHMARK(BM_DemandFetchLaunch)->Arg(4 << 20)->Arg(64 << 20)->Iterations(20);
 BENCHMARK(BM_AllocFreeDriver)->Arg(4 << 20)->Arg(64 << 20);
 BENCHMARK(BM_AllocFreeTierrt)->Arg(4 << 20)->Arg(64 << 20);

@@ -86,6 +86,8 @@ typedef struct tierrt_stats {
   uint64_t granule_fence_wait_ns;   /* how long they waited in all */
   uint64_t demand_fetches_waited;   /* demand fetches whose launch's stream reached it before the copy ended */
   uint64_t demand_wait_ns;          /* how long those streams waited, on the device's clock */
+  uint64_t use_events;              /* events recorded to know when work using tierrt's memory is done */
+  uint64_t lazy_uses;               /* launches whose use shared their stream's next such event */
 } tierrt_stats;
 
 /* "0.1.0" */
