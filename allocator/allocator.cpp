@@ -314,6 +314,7 @@ void Allocator::drain() noexcept { p_->blocks.wait_moves_done(); }
 void Allocator::step_ended() noexcept {
   auto l = p_->blocks.lock();
   p_->groups.new_step(l);
+  ++p_->steps_ended;
 }
 
 void Allocator::hold_moves() noexcept {
@@ -360,6 +361,7 @@ Stats Allocator::stats() const noexcept {
   {
     auto l = p_->blocks.lock();
     s.groups = p_->live_groups;
+    s.group_steps = p_->steps_ended;
     s.untouched_bytes = p_->untouched_bytes;
   }
   return s;

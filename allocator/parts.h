@@ -93,6 +93,7 @@ struct Allocator::Parts final : Reclaimer {
   std::unique_ptr<Mover> mover;
   GroupPool groups;  // guarded by alloc.blocks
   std::uint64_t live_groups = 0, untouched_bytes = 0;  // guarded by alloc.blocks
+  std::uint64_t steps_ended = 0;                       // guarded by alloc.blocks
 
   // Rank 10 (lock_rank.h): nothing is taken inside it.
   RankedMutex raw_mu{kRankPassThrough, "alloc.pass_through"};

@@ -306,6 +306,10 @@ void PolicyThread::read_clock() {
 void PolicyThread::publish() {
   mispredictions_.store(policy_->planner().mispredictions(), std::memory_order_relaxed);
   const std::uint64_t steps = policy_->steps_completed();
+  // A step found without markers ended: the granule groups' boundaries turn
+  // with it, as tierrt_mark_step turns them (Engine::note_step).
+  if (steps != steps_turned_ && acts_ && !policy_->steps_marked()) allocator_.step_ended();
+  steps_turned_ = steps;
   steps_learned_.store(steps, std::memory_order_relaxed);
   const policy::StepTimeline* tl = policy_->planner().last_timeline();
   if (!tl || steps == learned_.steps) return;  // learned_ is written by this thread only

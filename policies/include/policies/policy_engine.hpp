@@ -80,6 +80,8 @@ class PolicyEngine {
 
   bool following_plan() const { return followed_ != kNotFollowing; }
   std::size_t steps_completed() const { return steps_completed_; }
+  // Whether the application marks its steps (tierrt_mark_step): else they are found.
+  bool steps_marked() const { return markers_seen_; }
   const PlannerPolicy& planner() const { return planner_; }
 
  private:

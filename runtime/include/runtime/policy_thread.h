@@ -183,6 +183,7 @@ class PolicyThread {
   std::atomic<std::uint64_t> dropped_{0}, prefetches_{0}, spills_{0};
   std::atomic<std::uint64_t> demand_reports_{0};
   std::atomic<std::uint64_t> mispredictions_{0}, steps_learned_{0};
+  std::uint64_t steps_turned_ = 0;  // steps_completed() when the granule boundaries last turned
   mutable RankedMutex learned_mu_{kRankLearnedStep, "runtime.learned_step"};
   LearnedStep learned_;  // guarded by learned_mu_
 

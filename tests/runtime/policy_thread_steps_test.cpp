@@ -1,0 +1,94 @@
+// Steps the planner finds without markers turn the granule groups' boundary
+// bits, as tierrt_mark_step does (Allocator::step_ended); marked steps are
+// turned by the marker alone, never twice.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <thread>
+
+#include "runtime/engine.h"
+#include "runtime/policy_thread.h"
+#include "tests/runtime/simdev_kernels.h"
+
+namespace tierrt {
+namespace {
+
+std::unique_ptr<Engine> planner_engine() {
+  static testing_simdev::Kernels k;  // a context current on this thread
+  static const bool ready = [] {
+    testing_simdev::set_up(&k);
+    return true;
+  }();
+  (void)ready;
+  Settings s;
+  std::string error;
+  EXPECT_TRUE(read_settings(&s, &error)) << error;
+  s.mode = Mode::Tier;
+  s.policy = Policy::Planner;
+  CUresult err = CUDA_SUCCESS;
+  std::unique_ptr<Engine> e = Engine::create(s, &err);
+  EXPECT_NE(nullptr, e) << "the engine did not start: " << err;
+  return e;
+}
+
+template <class Done>
+bool eventually(Done done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
+}
+
+// One training-like step: 8 layers whose activations are written in the
+// forward pass and read back in the backward pass, then freed, with one
+// weight read throughout (addresses only: nothing of the allocator's).
+void post_step(PolicyThread& t, policy::LaunchSeq* seq, bool marked, std::uint64_t index) {
+  using policy::Event;
+  constexpr policy::BlockId kWeight = 0x7000'0000, kActivations = 0x7100'0000;
+  constexpr int kLayers = 8;
+  auto launch = [&](policy::BlockId a) {
+    t.post(Event::launch((*seq)++, 0));
+    t.post(Event::use(kWeight, *seq - 1));
+    t.post(Event::use(a, *seq - 1));
+  };
+  for (int i = 0; i < kLayers; ++i) {
+    t.post(Event::alloc(kActivations + (i << 24), 8u << 20));
+    launch(kActivations + (i << 24));
+  }
+  for (int i = kLayers - 1; i >= 0; --i) launch(kActivations + (i << 24));
+  for (int i = 0; i < kLayers; ++i) t.post(Event::free(kActivations + (i << 24)));
+  if (marked) t.post(Event::step(index));
+}
+
+TEST(PolicyThreadSteps, AStepFoundWithoutMarkersTurnsTheGranuleBoundaries) {
+  std::unique_ptr<Engine> e = planner_engine();
+  ASSERT_NE(nullptr, e);
+  PolicyThread* t = e->planner_for_tests();
+  ASSERT_NE(nullptr, t);
+  policy::LaunchSeq seq = 1;
+  t->post(policy::Event::alloc(0x7000'0000, 64u << 20));
+  for (std::uint64_t i = 0; i < 200; ++i) post_step(*t, &seq, /*marked=*/false, i);
+  ASSERT_TRUE(eventually([&] { return t->steps_learned() > 0; })) << "no step was found";
+  EXPECT_TRUE(eventually([&] { return e->allocator_stats().group_steps > 0; }))
+      << "steps were found but the granule boundaries never turned";
+}
+
+TEST(PolicyThreadSteps, MarkedStepsAreTurnedByTheMarkerAlone) {
+  std::unique_ptr<Engine> e = planner_engine();
+  ASSERT_NE(nullptr, e);
+  PolicyThread* t = e->planner_for_tests();
+  ASSERT_NE(nullptr, t);
+  policy::LaunchSeq seq = 1;
+  t->post(policy::Event::alloc(0x7000'0000, 64u << 20));
+  for (std::uint64_t i = 0; i < 50; ++i) post_step(*t, &seq, /*marked=*/true, i);
+  ASSERT_TRUE(eventually([&] { return t->steps_learned() >= 40; })) << "the marked steps were not learned";
+  EXPECT_EQ(0u, e->allocator_stats().group_steps) << "the policy thread turned marked steps too";
+  e->note_step();  // what tierrt_mark_step does
+  EXPECT_EQ(1u, e->allocator_stats().group_steps);
+}
+
+}  // namespace
+}  // namespace tierrt
