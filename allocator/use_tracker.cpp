@@ -344,11 +344,7 @@ int UseTracker::take_refs(Block* b, UseSlot* out, CUstream except) noexcept {
   int n = 0;
   {
     std::lock_guard<RankedMutex> g(mu_);
-    for (int i = 0; i < b->nuses; ++i)
-      if (except == nullptr || b->uses[i].stream != except) {
-        ref(b->uses[i].ev);
-        out[n++] = b->uses[i];
-      }
+    n = copy_refs(b, out, except);
   }
   for (int i = 0; i < n; ++i) settle(&out[i]);
   return n;

@@ -90,12 +90,7 @@ class UseTracker {
   // The same for a block the caller has just taken from the cache: nothing
   // may use a freed block, so nobody else touches its slots (no lock).
   int take_refs_owned(const Block* b, UseSlot* out, CUstream except) noexcept {
-    int n = 0;
-    for (int i = 0; i < b->nuses; ++i)
-      if (except == nullptr || b->uses[i].stream != except) {
-        ref(b->uses[i].ev);
-        out[n++] = b->uses[i];
-      }
+    const int n = copy_refs(b, out, except);
     for (int i = 0; i < n; ++i) settle(&out[i]);
     return n;
   }
@@ -150,6 +145,17 @@ class UseTracker {
 
  private:
   CUevent take_timing_event() noexcept;  // from the pool, else a new one; null when none
+  // The block's uses on streams other than `except`, each with a reference
+  // (the caller holds mu_, or owns the block), not yet settled.
+  static int copy_refs(const Block* b, UseSlot* out, CUstream except) noexcept {
+    int n = 0;
+    for (int i = 0; i < b->nuses; ++i)
+      if (except == nullptr || b->uses[i].stream != except) {
+        ref(b->uses[i].ev);
+        out[n++] = b->uses[i];
+      }
+    return n;
+  }
   static constexpr int kOpenStreams = 64;
   // A stream whose launches record lazily: its open event.
   struct OpenStream {

@@ -13,41 +13,15 @@
 
 #include "runtime/engine.h"
 #include "runtime/policy_thread.h"
-#include "tests/runtime/simdev_kernels.h"
+#include "tests/runtime/planner_engine.h"
 
 namespace tierrt {
 namespace {
 
+using testing_planner::eventually;
+using testing_planner::planner_engine;
+
 using Clock = std::chrono::steady_clock;
-
-std::unique_ptr<Engine> planner_engine() {
-  static testing_simdev::Kernels k;  // a context current on this thread
-  static const bool ready = [] {
-    testing_simdev::set_up(&k);
-    return true;
-  }();
-  (void)ready;
-  Settings s;
-  std::string error;
-  EXPECT_TRUE(read_settings(&s, &error)) << error;
-  s.mode = Mode::Tier;
-  s.policy = Policy::Planner;
-  CUresult err = CUDA_SUCCESS;
-  std::unique_ptr<Engine> e = Engine::create(s, &err);
-  EXPECT_NE(nullptr, e) << "the engine did not start: " << err;
-  return e;
-}
-
-// Waits up to `limit` for `done`; false when it never held.
-template <class Done>
-bool eventually(Done done, std::chrono::seconds limit = std::chrono::seconds(30)) {
-  const auto deadline = Clock::now() + limit;
-  while (!done()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
-  }
-  return true;
-}
 
 // Events the planner takes without acting on them: syncs of a stream.
 policy::Event idle_event() { return policy::Event::sync(0); }

@@ -9,38 +9,13 @@
 
 #include "runtime/engine.h"
 #include "runtime/policy_thread.h"
-#include "tests/runtime/simdev_kernels.h"
+#include "tests/runtime/planner_engine.h"
 
 namespace tierrt {
 namespace {
 
-std::unique_ptr<Engine> planner_engine() {
-  static testing_simdev::Kernels k;  // a context current on this thread
-  static const bool ready = [] {
-    testing_simdev::set_up(&k);
-    return true;
-  }();
-  (void)ready;
-  Settings s;
-  std::string error;
-  EXPECT_TRUE(read_settings(&s, &error)) << error;
-  s.mode = Mode::Tier;
-  s.policy = Policy::Planner;
-  CUresult err = CUDA_SUCCESS;
-  std::unique_ptr<Engine> e = Engine::create(s, &err);
-  EXPECT_NE(nullptr, e) << "the engine did not start: " << err;
-  return e;
-}
-
-template <class Done>
-bool eventually(Done done) {
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  return true;
-}
+using testing_planner::eventually;
+using testing_planner::planner_engine;
 
 // One training-like step: 8 layers whose activations are written in the
 // forward pass and read back in the backward pass, then freed, with one
@@ -63,26 +38,28 @@ void post_step(PolicyThread& t, policy::LaunchSeq* seq, bool marked, std::uint64
   if (marked) t.post(Event::step(index));
 }
 
-TEST(PolicyThreadSteps, AStepFoundWithoutMarkersTurnsTheGranuleBoundaries) {
-  std::unique_ptr<Engine> e = planner_engine();
-  ASSERT_NE(nullptr, e);
-  PolicyThread* t = e->planner_for_tests();
-  ASSERT_NE(nullptr, t);
+class PolicyThreadSteps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    e = planner_engine();
+    ASSERT_NE(nullptr, e);
+    t = e->planner_for_tests();
+    ASSERT_NE(nullptr, t);
+    t->post(policy::Event::alloc(0x7000'0000, 64u << 20));  // the weight
+  }
+  std::unique_ptr<Engine> e;
+  PolicyThread* t = nullptr;
   policy::LaunchSeq seq = 1;
-  t->post(policy::Event::alloc(0x7000'0000, 64u << 20));
+};
+
+TEST_F(PolicyThreadSteps, AStepFoundWithoutMarkersTurnsTheGranuleBoundaries) {
   for (std::uint64_t i = 0; i < 200; ++i) post_step(*t, &seq, /*marked=*/false, i);
   ASSERT_TRUE(eventually([&] { return t->steps_learned() > 0; })) << "no step was found";
   EXPECT_TRUE(eventually([&] { return e->allocator_stats().group_steps > 0; }))
       << "steps were found but the granule boundaries never turned";
 }
 
-TEST(PolicyThreadSteps, MarkedStepsAreTurnedByTheMarkerAlone) {
-  std::unique_ptr<Engine> e = planner_engine();
-  ASSERT_NE(nullptr, e);
-  PolicyThread* t = e->planner_for_tests();
-  ASSERT_NE(nullptr, t);
-  policy::LaunchSeq seq = 1;
-  t->post(policy::Event::alloc(0x7000'0000, 64u << 20));
+TEST_F(PolicyThreadSteps, MarkedStepsAreTurnedByTheMarkerAlone) {
   for (std::uint64_t i = 0; i < 50; ++i) post_step(*t, &seq, /*marked=*/true, i);
   ASSERT_TRUE(eventually([&] { return t->steps_learned() >= 40; })) << "the marked steps were not learned";
   EXPECT_EQ(0u, e->allocator_stats().group_steps) << "the policy thread turned marked steps too";
