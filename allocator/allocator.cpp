@@ -118,8 +118,12 @@ CUresult Allocator::Parts::reuse_cached(std::size_t mapped, std::size_t bytes, b
   const CUresult r =
       nwaits == 0 ? CUDA_SUCCESS : uses.wait_then_unref(s, {waits, static_cast<std::size_t>(nwaits)});
   if (r != CUDA_SUCCESS) {
+    // Its earlier uses cannot be waited for now (one with no event on a
+    // stream that captures since, or a wait that failed): it goes back to
+    // the cache, and the allocation takes fresh memory, as the driver's own
+    // would, rather than failing.
     (void)free_block(b, b->va, s);
-    return r;
+    return CUDA_SUCCESS;
   }
   *out = b;
   return CUDA_SUCCESS;

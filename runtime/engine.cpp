@@ -49,7 +49,11 @@ void say_refused(std::size_t bytes, CUresult r, const alloc::Stats& s, Mode mode
   if (n > kSaidInFull && n % 1000 != 0 && !log::enabled(LogLevel::Debug)) return;
   // Past the budget an allocation is refused only when the device itself has
   // no room (otherwise it goes over the budget: Stats::over_budget).
-  const char* why = bytes > s.device_budget ? "it is larger than the device budget and the device has no room for it"
+  const bool capture_error = r >= CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED && r <= CUDA_ERROR_CAPTURED_EVENT;
+  const char* why = capture_error ? "the memory it would reuse is still used by work on a capturing stream, "
+                                    "which cannot be waited for until that capture ends"
+                    : r != CUDA_ERROR_OUT_OF_MEMORY ? "a driver call failed while making room"
+                    : bytes > s.device_budget ? "it is larger than the device budget and the device has no room for it"
                     : mode == Mode::Observe ? "the device is full, and observe mode moves nothing"
                     : s.host_used + bytes > s.host_budget
                         ? "the device budget is spent and the host tier is full (TIERRT_HOST_BUDGET)"

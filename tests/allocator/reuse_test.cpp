@@ -233,6 +233,29 @@ TEST_P(UnrecordedUse, OnAStreamThatBeganACaptureLeavesTheCaptureAlone) {
   CU_OK(a->free(y, CU_STREAM_LEGACY));
 }
 
+// The same use, and the block freed on another stream and asked for there:
+// waiting for the use is refused while its stream captures, so fresh memory
+// is handed out (the driver's own allocator would not fail either).
+TEST_P(UnrecordedUse, OnACapturingStreamLeavesTheCachedBlockForFreshMemory) {
+  auto a = make(GetParam());
+  Streams st;
+  constexpr std::size_t n = 4 * MiB;
+  CUdeviceptr x = 0, y = 0;
+  CU_OK(a->allocate(&x, n, st.writer));
+  ASSERT_EQ(simdev_inject_fault("cuEventRecord", 1, 0), 0);
+  EXPECT_NE(use_ptrs(*a, {x}, st.reader, [&] { return cuMemsetD8Async(x, 1, n, st.reader); }), CUDA_SUCCESS);
+  simdev_clear_faults();
+  CU_OK(cuStreamBeginCapture(st.reader, CU_STREAM_CAPTURE_MODE_RELAXED));
+  CU_OK(a->free(x, st.writer));
+  EXPECT_EQ(a->allocate(&y, n, st.writer), CUDA_SUCCESS) << "an allocation failed for a capture elsewhere";
+  EXPECT_NE(y, x);
+  CUgraph g = nullptr;
+  EXPECT_EQ(cuStreamEndCapture(st.reader, &g), CUDA_SUCCESS);
+  if (g != nullptr) CU_OK(cuGraphDestroy(g));
+  CU_OK(cuCtxSynchronize());
+  if (y != 0) CU_OK(a->free(y, st.writer));
+}
+
 // cuEventCreate fails (no pooled event is left): the same.
 TEST_P(UnrecordedUse, OfAnEventThatCouldNotBeCreatedKeepsAFreedSlotFromBeingHandedOut) {
   auto a = make(GetParam());
