@@ -50,9 +50,15 @@ CUresult Mover::start() noexcept {
   running_ = true;
   // The thread's one driver call of its own happens now, not at some later
   // moment of the application's (where it would be a surprise to a count).
+  // A thread without the context could finish no move (every spill would
+  // fail and keep its host memory): then the allocator does not start.
   std::unique_lock<RankedMutex> l(queue_mu_);
   queued_.wait(l, [&] { return bound_; });
-  return CUDA_SUCCESS;
+  if (bind_result_ == CUDA_SUCCESS) return CUDA_SUCCESS;
+  l.unlock();
+  pthread_join(thread_, nullptr);
+  running_ = false;
+  return bind_result_;
 }
 
 void Mover::stop() noexcept {
@@ -370,10 +376,12 @@ void Mover::queue(Op* op) noexcept {
 }
 
 void Mover::run() noexcept {
-  (void)TIERRT_CU(cuCtxSetCurrent, arena_.context());
+  const CUresult bound = TIERRT_CU(cuCtxSetCurrent, arena_.context());
   std::unique_lock<RankedMutex> l(queue_mu_);
+  bind_result_ = bound;
   bound_ = true;
   queued_.notify_all();
+  if (bound != CUDA_SUCCESS) return;
   for (;;) {
     queued_.wait(l, [&] { return stopping_ || queue_head_ != nullptr; });
     if (queue_head_ == nullptr) return;  // stopping, and nothing left

@@ -129,7 +129,8 @@ class Mover {
   Op* queue_head_ = nullptr;  // oldest first
   Op* queue_tail_ = nullptr;
   bool stopping_ = false;
-  bool bound_ = false;  // the thread made the context current (start() waits for it)
+  bool bound_ = false;  // the thread tried to make the context current (start() waits for it)
+  CUresult bind_result_ = CUDA_SUCCESS;  // how that went (under queue_mu_)
   pthread_t thread_{};
   bool running_ = false;
   int held_ = 0;  // guarded by alloc.blocks

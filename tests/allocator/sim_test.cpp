@@ -929,6 +929,19 @@ TEST_P(LazyUses, AStreamDestroyedWithAnOpenUseIsWaitedForOnTheDevice) {
 INSTANTIATE_TEST_SUITE_P(Allocator, LazyUses, ::testing::Values(SpillMode::Remap, SpillMode::Copy),
                          [](const auto& i) { return i.param == SpillMode::Remap ? "remap" : "copy"; });
 
+// The mover thread could not make the device's context current: it could
+// finish no move (each spill would fail and keep its host memory), so the
+// allocator does not start and says why.
+TEST(AllocatorStart, FailsWhenTheMoverThreadCannotBindTheContext) {
+  Env::get().bind();
+  ASSERT_EQ(simdev_inject_fault("cuCtxSetCurrent", 1, 0), 0);
+  CUresult r = CUDA_SUCCESS;
+  auto a = Allocator::create(Options{}, &r);
+  simdev_clear_faults();
+  EXPECT_EQ(a, nullptr);
+  EXPECT_NE(r, CUDA_SUCCESS);
+}
+
 TEST(DriverTable, ResolvesVersionedNamesThroughTheRealDlsym) {
   Env::get().bind();
   const drv::Table& t = drv::detail::table();
