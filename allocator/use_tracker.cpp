@@ -219,8 +219,13 @@ CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s) n
   return CUDA_SUCCESS;
 }
 
+// Where a stream's search of the table starts (handles are aligned pointers).
+std::size_t UseTracker::home_of(CUstream s) noexcept {
+  return (reinterpret_cast<std::uintptr_t>(s) >> 4) % kOpenStreams;
+}
+
 UseTracker::OpenStream* UseTracker::open_stream(CUstream s) noexcept {
-  const std::size_t first = (reinterpret_cast<std::uintptr_t>(s) >> 4) % kOpenStreams;
+  const std::size_t first = home_of(s);
   for (std::size_t k = 0; k < kOpenStreams; ++k) {
     OpenStream& st = open_[(first + k) % kOpenStreams];
     if (st.key.load(std::memory_order_acquire) == s) return &st;
@@ -231,7 +236,7 @@ UseTracker::OpenStream* UseTracker::open_stream(CUstream s) noexcept {
 UseTracker::OpenStream* UseTracker::claim_open_stream(CUstream s) noexcept {
   std::lock_guard<RankedMutex> g(open_table_mu_);
   if (OpenStream* st = open_stream(s)) return st;
-  const std::size_t first = (reinterpret_cast<std::uintptr_t>(s) >> 4) % kOpenStreams;
+  const std::size_t first = home_of(s);
   for (std::size_t k = 0; k < kOpenStreams; ++k) {
     OpenStream& st = open_[(first + k) % kOpenStreams];
     if (st.key.load(std::memory_order_acquire) != nullptr) continue;

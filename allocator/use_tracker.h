@@ -165,6 +165,7 @@ class UseTracker {
     std::uint64_t recorded_ns = 0;   // when its open event was last recorded
     std::uint64_t lazy_uses = 0, records = 0;  // under mu; kept when the slot passes to another stream
   };
+  static std::size_t home_of(CUstream s) noexcept;
   OpenStream* open_stream(CUstream s) noexcept;  // null when it has none
   OpenStream* claim_open_stream(CUstream s) noexcept;  // null when the table is full
   // Records `st`'s open event: on its stream from a launch on it

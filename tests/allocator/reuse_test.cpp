@@ -212,6 +212,15 @@ TEST_P(UnrecordedUse, KeepsAFreedBlockFromBeingHandedOut) {
   CU_OK(a->free(y, CU_STREAM_LEGACY));
 }
 
+// A memset of x on the reader's stream whose use event could not be
+// recorded, then a capture begun on that stream.
+void unrecorded_use_then_capture(Allocator& a, Streams& st, CUdeviceptr x, std::size_t n) {
+  ASSERT_EQ(simdev_inject_fault("cuEventRecord", 1, 0), 0);
+  EXPECT_NE(use_ptrs(a, {x}, st.reader, [&] { return cuMemsetD8Async(x, 1, n, st.reader); }), CUDA_SUCCESS);
+  simdev_clear_faults();
+  CU_OK(cuStreamBeginCapture(st.reader, CU_STREAM_CAPTURE_MODE_RELAXED));
+}
+
 // A use with no event on a stream that then begins a capture: asking whether
 // it is over must not query that stream (the driver would end the capture).
 TEST_P(UnrecordedUse, OnAStreamThatBeganACaptureLeavesTheCaptureAlone) {
@@ -220,10 +229,7 @@ TEST_P(UnrecordedUse, OnAStreamThatBeganACaptureLeavesTheCaptureAlone) {
   constexpr std::size_t n = 4 * MiB;
   CUdeviceptr x = 0, y = 0;
   CU_OK(a->allocate(&x, n, CU_STREAM_LEGACY));
-  ASSERT_EQ(simdev_inject_fault("cuEventRecord", 1, 0), 0);
-  EXPECT_NE(use_ptrs(*a, {x}, st.reader, [&] { return cuMemsetD8Async(x, 1, n, st.reader); }), CUDA_SUCCESS);
-  simdev_clear_faults();
-  CU_OK(cuStreamBeginCapture(st.reader, CU_STREAM_CAPTURE_MODE_RELAXED));
+  ASSERT_NO_FATAL_FAILURE(unrecorded_use_then_capture(*a, st, x, n));
   CU_OK(a->free(x, CU_STREAM_LEGACY));
   CU_OK(a->allocate(&y, n, CU_STREAM_LEGACY));  // looks at the freed block's use
   CUgraph g = nullptr;
@@ -242,10 +248,7 @@ TEST_P(UnrecordedUse, OnACapturingStreamLeavesTheCachedBlockForFreshMemory) {
   constexpr std::size_t n = 4 * MiB;
   CUdeviceptr x = 0, y = 0;
   CU_OK(a->allocate(&x, n, st.writer));
-  ASSERT_EQ(simdev_inject_fault("cuEventRecord", 1, 0), 0);
-  EXPECT_NE(use_ptrs(*a, {x}, st.reader, [&] { return cuMemsetD8Async(x, 1, n, st.reader); }), CUDA_SUCCESS);
-  simdev_clear_faults();
-  CU_OK(cuStreamBeginCapture(st.reader, CU_STREAM_CAPTURE_MODE_RELAXED));
+  ASSERT_NO_FATAL_FAILURE(unrecorded_use_then_capture(*a, st, x, n));
   CU_OK(a->free(x, st.writer));
   EXPECT_EQ(a->allocate(&y, n, st.writer), CUDA_SUCCESS) << "an allocation failed for a capture elsewhere";
   EXPECT_NE(y, x);
