@@ -38,11 +38,15 @@ void Worker::op_capture() {
   }
   if (!check(d_.stream_end_capture(handle(s), &g.graph), Call::kEndCapture)) {
     // A failed End may leave the capture open: end it and drop the graph.
-    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
-    if (d_.stream_is_capturing(handle(s), &status) == CUDA_SUCCESS && status != CU_STREAM_CAPTURE_STATUS_NONE) {
+    // Another thread may have armed a fault at End again meanwhile (faults
+    // are process-wide), so until the stream says it captures no more.
+    for (int attempt = 0;; ++attempt) {
+      CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+      if (d_.stream_is_capturing(handle(s), &status) != CUDA_SUCCESS) fatal("cuStreamIsCapturing failed");
+      if (status == CU_STREAM_CAPTURE_STATUS_NONE) break;
+      if (attempt == 8) fatal("cuStreamEndCapture keeps failing");
       CUgraph dropped = nullptr;
-      d_.stream_end_capture(handle(s), &dropped);
-      if (dropped) d_.graph_destroy(dropped);
+      if (check(d_.stream_end_capture(handle(s), &dropped), Call::kEndCapture) && dropped) d_.graph_destroy(dropped);
     }
     return;
   }
