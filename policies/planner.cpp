@@ -40,6 +40,32 @@ class PressureLog : public VictimChooser {
   SafeReactive fallback_;
 };
 
+// A granule-group member allocated in the step holds no memory until its
+// group is first named, and starts on the host where the device has no room
+// then (XLA's temporary allocation is larger than the budget): its first use
+// would fetch it on demand, with its stream waiting. A Refetch brings it back
+// ahead of that use, placed as a prefetch would be.
+std::vector<Trigger> first_use_refetches(const StepTimeline& tl, const std::vector<double>& start,
+                                         const LinkModel& link, const PrefetchLeads& leads, std::uint64_t budget) {
+  std::vector<SpilledBlock> lazy;
+  for (std::uint32_t b = 0; b < tl.blocks.size(); ++b) {
+    const BlockRecord& r = tl.blocks[b];
+    if (!r.lazy || r.predates_step() || r.use_count() == 0) continue;
+    const std::uint32_t first = tl.block_uses[r.uses_begin];
+    if (first <= r.alloc_op + 1) continue;  // no launch in between to bring it back at
+    lazy.push_back({b, static_cast<double>(r.bytes), IdleGap{r.alloc_op, first, start[first] - start[r.alloc_op]}, 0});
+  }
+  // The H2D engine serves them in order of first use.
+  std::stable_sort(lazy.begin(), lazy.end(), [](const SpilledBlock& a, const SpilledBlock& b) {
+    return a.gap.first_after < b.gap.first_after;
+  });
+  const auto at = place_prefetches(tl, lazy, start, link, leads, budget, MemoryFloor::None);
+  std::vector<Trigger> t;
+  t.reserve(lazy.size());
+  for (std::size_t k = 0; k < lazy.size(); ++k) t.push_back({at[k], Action::Refetch, tl.blocks[lazy[k].block].ordinal, 0});
+  return t;
+}
+
 TriggerTable make_triggers(const StepTimeline& tl, const std::vector<Candidate>& cands, const std::vector<double>& start,
                            const LinkModel& link, const PrefetchLeads& leads, std::uint64_t budget, MemoryFloor floor) {
   std::vector<const Candidate*> chosen;
@@ -61,6 +87,7 @@ TriggerTable make_triggers(const StepTimeline& tl, const std::vector<Candidate>&
   const auto at = place_prefetches(tl, spilled, start, link, leads, budget, floor);
   for (std::size_t k = 0; k < spilled.size(); ++k)
     t.push_back({at[k], Action::Prefetch, tl.blocks[spilled[k].block].ordinal, 0});
+  for (const Trigger& r : first_use_refetches(tl, start, link, leads, budget)) t.push_back(r);
   return TriggerTable(std::move(t), static_cast<std::uint32_t>(tl.ops.size()));
 }
 
@@ -253,7 +280,10 @@ PlanResult plan_step(const StepTimeline& tl, std::uint64_t budget, LinkModel lin
   if (!have_best) {
     // Nothing the link carries: plan no move and leave the budget to the reactive path.
     best = PlanResult{};
-    best.plan = StepPlan{tl.tokens, TriggerTable({}, static_cast<std::uint32_t>(tl.ops.size())), tl.token_ordinals};
+    best.plan = StepPlan{tl.tokens,
+                         TriggerTable(first_use_refetches(tl, start, link, local, budget),
+                                      static_cast<std::uint32_t>(tl.ops.size())),
+                         tl.token_ordinals};
     PressureLog log;
     best.modeled = simulate_step(tl, std::span(&best.plan, 1), log, sim);
   }

@@ -336,10 +336,11 @@ class Model {
 
   void issue_prefetches(std::uint32_t op) {
     for (const Trigger& t : triggers(op)) {
-      if (t.action != Action::Prefetch) continue;
+      if (t.action != Action::Prefetch && t.action != Action::Refetch) continue;
       const std::uint32_t b = block_of(t);
       if (b == kNone) continue;
       BlockState& s = blocks_[b];
+      if (t.action == Action::Refetch && s.state != State::Spilled) continue;  // only what starts on the host
       if (s.state == State::Resident && s.queued_out) s.queued_out = false;  // never left: cancel
       if (s.state == State::Spilling) s.state = State::Resident;  // still copying out: keep it instead
       enqueue_fetch(b, false, true);

@@ -257,8 +257,10 @@ void PolicyThread::act_on_launch() {
   }
   retry_deferred();
   act(policy_->triggers_ahead(0), policy::Action::Spill);
-  act(policy_->triggers_ahead(0), policy::Action::Prefetch);
-  act(policy_->triggers_ahead(1), policy::Action::Prefetch);
+  for (const policy::Action a : {policy::Action::Prefetch, policy::Action::Refetch}) {
+    act(policy_->triggers_ahead(0), a);
+    act(policy_->triggers_ahead(1), a);
+  }
 }
 
 // The allocator's per-class statistics: a block allocated in a step gets the
@@ -348,7 +350,8 @@ bool PolicyThread::carry_out(const policy::Trigger& t) {
   alloc::Block* b = block_for(t.ordinal);
   if (!b) return true;
   const alloc::State st = b->st();
-  if (t.action == policy::Action::Prefetch && (st == alloc::State::Spilled || st == alloc::State::Spilling)) {
+  const bool fetch = t.action == policy::Action::Prefetch || t.action == policy::Action::Refetch;
+  if (fetch && (st == alloc::State::Spilled || st == alloc::State::Spilling)) {
     const CUresult r = allocator_.prefetch(b, nullptr);
     if (r == CUDA_SUCCESS) prefetches_.fetch_add(1, std::memory_order_relaxed);
     return r != CUDA_ERROR_OUT_OF_MEMORY;

@@ -3,6 +3,8 @@
 // moves late prefetches earlier.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "policies/eval/baseline_policies.hpp"
 #include "policies/eval/policy_comparison.hpp"
 #include "policies/eval/replay.hpp"
@@ -296,6 +298,63 @@ TEST(Planner, ABufferPastItsLastReaderMakesRoomForAPrefetch) {
     c_spilled_after_its_reader |= t.action == Action::Spill && t.op == 3;
   }
   EXPECT_TRUE(c_spilled_after_its_reader);
+}
+
+// A granule group's members hold no memory until the group is first named;
+// those the device has no room for then start on the host (XLA's temporary
+// allocation is larger than the budget). The plan brings each back ahead of
+// its first use (a Refetch, which moves nothing where the member is on the
+// device), rather than leaving the use to fetch it on demand.
+TEST(Planner, AGranuleMemberStartedOnTheHostComesBackBeforeItsFirstUse) {
+  constexpr std::uint64_t kBytes = 100'000'000, kLaunchNs = 10'000'000;
+  constexpr BlockId m0 = 0x1000, m1 = 0x2000, m2 = 0x3000;
+  // One group of three members, allocated together before launch 0; launches
+  // 0..2 name the first, 3..4 the second, 5 the third.
+  const std::vector<std::vector<BlockId>> uses = {{m0}, {m0}, {m0}, {m1}, {m1}, {m2}};
+  Trace trace;
+  LaunchSeq seq = 0;
+  for (std::uint64_t step = 0; step < 3; ++step) {
+    trace.push_back(Event::step(step));
+    for (BlockId x : {m0, m1, m2}) trace.push_back(Event::alloc(x, kBytes, 0, /*lazy=*/true));
+    for (const auto& named : uses) {
+      trace.push_back(Event::launch(seq, kLaunchNs));
+      for (BlockId x : named) trace.push_back(Event::use(x, seq));
+      ++seq;
+    }
+    for (BlockId x : {m0, m1, m2}) trace.push_back(Event::free(x));
+  }
+  trace.push_back(Event::step(3));
+  const auto analysed = analyse_trace(trace);
+  ASSERT_GE(analysed.steps.size(), 2u);
+  const StepTimeline& tl = analysed.steps[1];
+  // Room for two members: the third starts on the host, and the first,
+  // read for the last time at launch 2, can leave to make room for it.
+  const std::uint64_t budget = 2 * kBytes;
+  const LinkModel link = parse_link("pcie5");
+  const auto r = plan_step(tl, budget, link, {});
+  std::map<std::uint32_t, std::uint32_t> refetch_at;  // ordinal -> launch
+  for (const Trigger& t : r.plan.triggers.all())
+    if (t.action == Action::Refetch) refetch_at[t.ordinal] = t.op;
+  for (BlockId x : {m2}) {
+    std::uint32_t b = 0;
+    while (tl.blocks[b].id != x) ++b;
+    const std::uint32_t first_use = tl.block_uses[tl.blocks[b].uses_begin];
+    ASSERT_TRUE(refetch_at.count(tl.blocks[b].ordinal)) << "member 0x" << std::hex << x;
+    EXPECT_LT(refetch_at[tl.blocks[b].ordinal], first_use) << "issued before the launch that needs it";
+  }
+  // In the step model the first use finds its member already coming back:
+  // no fetch on demand (whether it waits depends on when the budget has room).
+  StepPlan without = r.plan;
+  std::vector<Trigger> kept;
+  for (const Trigger& t : r.plan.triggers.all())
+    if (t.action != Action::Refetch) kept.push_back(t);
+  without.triggers = TriggerTable(std::move(kept), static_cast<std::uint32_t>(tl.ops.size()));
+  SafeReactive victims;
+  const SimOptions sim{budget, link, false, {}};
+  const SimResult with_refetch = simulate_step(tl, std::span(&r.plan, 1), victims, sim);
+  const SimResult no_refetch = simulate_step(tl, std::span(&without, 1), victims, sim);
+  EXPECT_EQ(with_refetch.demand_fetches, 0u);
+  EXPECT_GT(no_refetch.demand_fetches, 0u);
 }
 
 }  // namespace

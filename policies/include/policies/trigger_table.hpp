@@ -12,6 +12,11 @@ enum class Action : std::uint8_t {
   Spill,       // after launch `op`, copy the block to the host; release it once launch `release_after` is done
   Prefetch,    // when launch `op` is issued, start bringing the block back
   AwaitSpill,  // launch `op` waits until the block's spill has completed (synchronous offload baselines)
+  // When launch `op` is issued, bring the block back if it is off the device
+  // though no spill of the plan's took it there: a granule-group member the
+  // device had no room for when its group was first named starts on the
+  // host. Traffic only where that happened, so no copy the plan counts on.
+  Refetch,
 };
 
 struct Trigger {
