@@ -88,12 +88,12 @@ LinkSchedule schedule_copies(const StepTimeline& tl, const TriggerTable& trigger
   const auto& t = launch_start_ns;
   if (t.size() != tl.ops.size() + 1) return s;
   auto block_of = [&](const Trigger& tr) {
-    return tr.ordinal < tl.by_ordinal.size() && tr.op < tl.ops.size() ? tl.by_ordinal[tr.ordinal] : kNever;
+    return tr.op < tl.ops.size() ? tl.block_named(tr.ordinal) : kNever;
   };
-  // Per ordinal, the launches its prefetches are issued at (the table is sorted by launch).
-  std::vector<std::vector<std::uint32_t>> prefetch_ops(tl.by_ordinal.size());
+  // Per block, the launches its prefetches are issued at (the table is sorted by launch).
+  std::vector<std::vector<std::uint32_t>> prefetch_ops(tl.blocks.size());
   for (const Trigger& tr : triggers.all())
-    if (tr.action == Action::Prefetch && block_of(tr) != kNever) prefetch_ops[tr.ordinal].push_back(tr.op);
+    if (tr.action == Action::Prefetch && block_of(tr) != kNever) prefetch_ops[block_of(tr)].push_back(tr.op);
 
   for (const Trigger& tr : triggers.all()) {
     const std::uint32_t b = block_of(tr);
@@ -103,7 +103,7 @@ LinkSchedule schedule_copies(const StepTimeline& tl, const TriggerTable& trigger
     c.bytes = static_cast<double>(tl.blocks[b].bytes);
     if (tr.action == Action::Spill) {
       c.ready_ns = launch_end(tl, t, tr.op);
-      const auto& p = prefetch_ops[tr.ordinal];
+      const auto& p = prefetch_ops[b];
       const auto back = std::upper_bound(p.begin(), p.end(), tr.op);
       c.due_ns = back != p.end() ? issue_time(tl, t, *back) : next_use_at_or_after(tl, t, b, tr.op + 1);
       s.d2h.push_back(c);

@@ -40,17 +40,26 @@ class PressureLog : public VictimChooser {
   SafeReactive fallback_;
 };
 
+// A trigger naming block `b` of `tl`: by its ordinal, or (a block from
+// before the step) by its index and its id.
+Trigger trigger_for(const StepTimeline& tl, std::uint32_t b, std::uint32_t op, Action action,
+                    std::uint32_t release_after) {
+  const BlockRecord& r = tl.blocks[b];
+  return {op, action, tl.name_of(b), release_after, r.predates_step() ? r.id : 0};
+}
+
 // A granule-group member allocated in the step holds no memory until its
 // group is first named, and starts on the host where the device has no room
-// then (XLA's temporary allocation is larger than the budget): its first use
-// would fetch it on demand, with its stream waiting. A Refetch brings it back
-// ahead of that use, placed as a prefetch would be.
+// then (XLA's temporary allocation is larger than the budget); a pool's
+// granule from before the step may be where the step before left it, on the
+// host. Its first use would fetch it on demand, with its stream waiting. A
+// Refetch brings it back ahead of that use, placed as a prefetch would be.
 std::vector<Trigger> first_use_refetches(const StepTimeline& tl, const std::vector<double>& start,
                                          const LinkModel& link, const PrefetchLeads& leads, std::uint64_t budget) {
   std::vector<SpilledBlock> lazy;
   for (std::uint32_t b = 0; b < tl.blocks.size(); ++b) {
     const BlockRecord& r = tl.blocks[b];
-    if (!r.lazy || r.predates_step() || r.use_count() == 0) continue;
+    if (!r.lazy || r.use_count() == 0) continue;
     const std::uint32_t first = tl.block_uses[r.uses_begin];
     if (first <= r.alloc_op + 1) continue;  // no launch in between to bring it back at
     lazy.push_back({b, static_cast<double>(r.bytes), IdleGap{r.alloc_op, first, start[first] - start[r.alloc_op]}, 0});
@@ -62,7 +71,7 @@ std::vector<Trigger> first_use_refetches(const StepTimeline& tl, const std::vect
   const auto at = place_prefetches(tl, lazy, start, link, leads, budget, MemoryFloor::None);
   std::vector<Trigger> t;
   t.reserve(lazy.size());
-  for (std::size_t k = 0; k < lazy.size(); ++k) t.push_back({at[k], Action::Refetch, tl.blocks[lazy[k].block].ordinal, 0});
+  for (std::size_t k = 0; k < lazy.size(); ++k) t.push_back(trigger_for(tl, lazy[k].block, at[k], Action::Refetch, 0));
   return t;
 }
 
@@ -74,7 +83,7 @@ TriggerTable make_triggers(const StepTimeline& tl, const std::vector<Candidate>&
   std::vector<Trigger> t;
   t.reserve(chosen.size() * 2);
   for (const Candidate* c : chosen)
-    t.push_back({c->gap.last_before, Action::Spill, tl.blocks[c->block].ordinal, c->gap.last_before});
+    t.push_back(trigger_for(tl, c->block, c->gap.last_before, Action::Spill, c->gap.last_before));
   std::erase_if(chosen, [](const Candidate* c) { return c->tail; });  // never fetched back
   // The H2D engine serves prefetches in order of next use.
   std::sort(chosen.begin(), chosen.end(), [](const Candidate* a, const Candidate* b) {
@@ -86,7 +95,7 @@ TriggerTable make_triggers(const StepTimeline& tl, const std::vector<Candidate>&
   for (const Candidate* c : chosen) spilled.push_back({c->block, c->bytes, c->gap, c->out_by});
   const auto at = place_prefetches(tl, spilled, start, link, leads, budget, floor);
   for (std::size_t k = 0; k < spilled.size(); ++k)
-    t.push_back({at[k], Action::Prefetch, tl.blocks[spilled[k].block].ordinal, 0});
+    t.push_back(trigger_for(tl, spilled[k].block, at[k], Action::Prefetch, 0));
   for (const Trigger& r : first_use_refetches(tl, start, link, leads, budget)) t.push_back(r);
   return TriggerTable(std::move(t), static_cast<std::uint32_t>(tl.ops.size()));
 }
@@ -132,7 +141,11 @@ PlanResult plan_step(const StepTimeline& tl, std::uint64_t budget, LinkModel lin
   std::vector<std::uint32_t> candidate_of(tl.blocks.size(), kNever);
   for (std::uint32_t b = 0; b < tl.blocks.size(); ++b) {
     const BlockRecord& r = tl.blocks[b];
-    if (r.cls != LifetimeClass::Activation || r.predates_step()) continue;
+    // Activations the step allocates; and a pool's granules from before the
+    // step (a caching allocator's segment, allocated once), which hold the
+    // step's activations among whatever else the framework carves there.
+    const bool pool_granule = r.predates_step() && r.lazy;
+    if (!pool_granule && (r.cls != LifetimeClass::Activation || r.predates_step())) continue;
     const double bytes = static_cast<double>(r.bytes);
     // Away while no launch names it: between two uses (no launch runs while
     // it would be away: not a gap), and after the last one until a free
@@ -142,9 +155,13 @@ PlanResult plan_step(const StepTimeline& tl, std::uint64_t budget, LinkModel lin
       const bool covers_peak = gap->last_before < peak && peak < gap->first_after;
       cands.push_back({b, *gap, bytes, hides, covers_peak, false, false, 0, false});
     }
-    if (const auto uses = tl.uses_of(b); !uses.empty() && r.free_op != kNever && r.free_op <= tl.ops.size() &&
-                                         r.free_op > uses.back() + 1) {
-      const IdleGap tail{uses.back(), r.free_op, start[r.free_op] - start[uses.back() + 1]};
+    // A pool's granule is never freed: its tail runs to the step's end (the
+    // next step brings it back for its first use there: a Refetch).
+    const std::uint32_t tail_end =
+        pool_granule ? static_cast<std::uint32_t>(tl.ops.size()) : (r.free_op != kNever ? r.free_op : kNever);
+    if (const auto uses = tl.uses_of(b);
+        !uses.empty() && tail_end != kNever && tail_end <= tl.ops.size() && tail_end > uses.back() + 1) {
+      const IdleGap tail{uses.back(), tail_end, start[tail_end] - start[uses.back() + 1]};
       const bool covers_peak = tail.last_before < peak && peak < tail.first_after;
       cands.push_back({b, tail, bytes, tail.ns >= link.d2h_ns(bytes), covers_peak, false, false, 0, true});
     }
@@ -226,11 +243,12 @@ PlanResult plan_step(const StepTimeline& tl, std::uint64_t budget, LinkModel lin
     // Where the link had carried each spill, on the timeline the plan got: its
     // prefetch goes no earlier next time.
     // (A block's first spill in the queue is its gap's; a tail's comes later.)
-    std::vector<bool> seen(tl.by_ordinal.size(), false);
+    std::vector<bool> seen(tl.blocks.size(), false);
     for (const ScheduledCopy& copy : tried.copies.d2h) {
-      if (copy.ordinal >= tl.by_ordinal.size() || seen[copy.ordinal]) continue;
-      seen[copy.ordinal] = true;
-      const std::uint32_t k = candidate_of[tl.by_ordinal[copy.ordinal]];
+      const std::uint32_t b = tl.block_named(copy.ordinal);
+      if (b == kNever || seen[b]) continue;
+      seen[b] = true;
+      const std::uint32_t k = candidate_of[b];
       if (k != kNever) cands[k].out_by = first_issued_at_or_after(tl, tried.modeled.launch_start_ns, copy.end_ns);
     }
     bool changed = false;
@@ -240,7 +258,8 @@ PlanResult plan_step(const StepTimeline& tl, std::uint64_t budget, LinkModel lin
     if (only_drop)  // a plan that must fit at last: a block whose prefetch missed its use goes too
       for (std::uint32_t ordinal : tried.copies.late_fetches()) misfits.push_back(ordinal);
     for (std::uint32_t ordinal : misfits) {
-      const std::uint32_t k = ordinal < tl.by_ordinal.size() ? candidate_of[tl.by_ordinal[ordinal]] : kNever;
+      const std::uint32_t b = tl.block_named(ordinal);
+      const std::uint32_t k = b != kNever ? candidate_of[b] : kNever;
       if (k == kNever || !cands[k].chosen) continue;
       Candidate& c = cands[k];
       if (!only_drop && c.out_by < c.gap.first_after) continue;  // a later prefetch gives the spill the time it needs

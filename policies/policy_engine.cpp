@@ -269,12 +269,13 @@ std::span<const Trigger> PolicyEngine::triggers_ahead(std::uint32_t ahead) const
   const std::uint32_t at = position() + ahead;
   const std::uint32_t op = launches_ + ahead;
   for (const Trigger& t : ahead == 0 ? table.between(handed_, at) : table.at(at)) {
-    const std::uint32_t block = f.aligner.running_ordinal(t.ordinal);
-    if (block >= by_ordinal_.size()) continue;  // the block it names has not turned up
+    // A block from before the step is the same block now: named by its id.
+    const std::uint32_t block = t.block != 0 ? kNoOrdinal : f.aligner.running_ordinal(t.ordinal);
+    if (t.block == 0 && block >= by_ordinal_.size()) continue;  // the block it names has not turned up
     // A spill's device copy is kept as many launches past this one as the plan said.
     const std::uint32_t release_after =
         t.action == Action::Spill ? op + (t.release_after > t.op ? t.release_after - t.op : 0) : t.release_after;
-    out.push_back({op, t.action, block, release_after});
+    out.push_back({op, t.action, block, release_after, t.block});
   }
   return out;
 }

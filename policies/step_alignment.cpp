@@ -1,6 +1,7 @@
 #include "policies/step_alignment.hpp"
 
 #include <algorithm>
+#include <unordered_map>
 
 namespace tierrt::policy {
 
@@ -68,6 +69,15 @@ std::optional<AlignedPlan> align_plan(const StepPlan& plan, const StepTimeline& 
     return std::nullopt;
   StepAligner aligner(plan.expected_tokens, plan.expected_ordinals, options);
   std::vector<Trigger> out;
+  // A block from before the step is the same block in the running step: found by its id.
+  std::unordered_map<BlockId, std::uint32_t> before;
+  for (std::uint32_t b = 0; b < running.blocks.size(); ++b)
+    if (running.blocks[b].predates_step()) before.emplace(running.blocks[b].id, b);
+  auto running_name = [&](const Trigger& t) {
+    if (t.block == 0) return aligner.running_ordinal(t.ordinal);
+    const auto it = before.find(t.block);
+    return it == before.end() ? kNoOrdinal : running.name_of(it->second);
+  };
   AlignedPlan r;
   r.plan_ops = static_cast<std::uint32_t>(running.ops.size());
   std::uint32_t fired = 0;  // learned launches whose triggers have fired
@@ -84,9 +94,9 @@ std::optional<AlignedPlan> align_plan(const StepPlan& plan, const StepTimeline& 
     const std::uint32_t learned_op = aligner.learned_op(m);
     for (; fired <= learned_op && fired < table.op_count(); ++fired)
       for (const Trigger& t : table.at(fired)) {
-        const std::uint32_t block = aligner.running_ordinal(t.ordinal);
+        const std::uint32_t block = running_name(t);
         if (block == kNoOrdinal) continue;  // the block it names has not turned up
-        out.push_back({op, t.action, block, t.action == Action::Spill ? op : 0});
+        out.push_back({op, t.action, block, t.action == Action::Spill ? op : 0, t.block});
       }
   }
   r.matched_tokens = aligner.matched();

@@ -167,7 +167,8 @@ class Model {
   }
 
   std::uint32_t block_of(const Trigger& t) const {
-    return t.ordinal < tl_.by_ordinal.size() ? tl_.by_ordinal[t.ordinal] : kNone;
+    const std::uint32_t b = tl_.block_named(t.ordinal);
+    return b == kNever ? kNone : b;
   }
 
   void note_device() {

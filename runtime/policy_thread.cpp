@@ -330,8 +330,9 @@ PolicyThread::LearnedStep PolicyThread::learned_step() const {
   return learned_;
 }
 
-alloc::Block* PolicyThread::block_for(std::uint32_t ordinal) const {
-  auto id = policy_->block_of(ordinal);
+alloc::Block* PolicyThread::block_for(const policy::Trigger& t) const {
+  if (t.block != 0) return allocator_.block_starting_at(t.block);  // from before the step
+  auto id = policy_->block_of(t.ordinal);
   if (!id) return nullptr;
   return allocator_.block_starting_at(*id);
 }
@@ -347,7 +348,7 @@ void PolicyThread::act(std::span<const policy::Trigger> triggers, policy::Action
 // prefetch with no device memory free (the spills that make room are still
 // copying), or a spill of a block a launch is enqueuing right now.
 bool PolicyThread::carry_out(const policy::Trigger& t) {
-  alloc::Block* b = block_for(t.ordinal);
+  alloc::Block* b = block_for(t);
   if (!b) return true;
   const alloc::State st = b->st();
   const bool fetch = t.action == policy::Action::Prefetch || t.action == policy::Action::Refetch;

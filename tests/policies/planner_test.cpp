@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <map>
+#include <set>
 
 #include "policies/eval/baseline_policies.hpp"
 #include "policies/eval/policy_comparison.hpp"
@@ -355,6 +356,42 @@ TEST(Planner, AGranuleMemberStartedOnTheHostComesBackBeforeItsFirstUse) {
   const SimResult no_refetch = simulate_step(tl, std::span(&without, 1), victims, sim);
   EXPECT_EQ(with_refetch.demand_fetches, 0u);
   EXPECT_GT(no_refetch.demand_fetches, 0u);
+}
+
+// A pool allocated once, before the steps (a caching allocator's segment,
+// tiered per granule): its granules hold the step's activations, but no step
+// allocates them, so they have no ordinal. The plan names them by id, spills
+// each after its forward use and after its last use (to the step's end: the
+// pool is never freed), and brings each back before its next use, so that
+// the step runs in the budget with no fetch on demand.
+TEST(Planner, APoolsGranulesFromBeforeTheStepArePlannedByTheirIds) {
+  constexpr std::uint32_t kGranules = 6;
+  constexpr std::uint64_t kBytes = 100'000'000, kLaunchNs = 10'000'000;
+  const auto analysed = analyse_trace(test::pool_trace(kGranules, kBytes, kLaunchNs, 3));
+  ASSERT_GE(analysed.steps.size(), 2u);
+  const StepTimeline& tl = analysed.steps[1];
+  const std::uint64_t budget = 3 * kBytes;  // half the pool
+  const LinkModel link = parse_link("pcie5");
+  const auto r = plan_step(tl, budget, link, {});
+  std::set<std::uint64_t> spilled, fetched;
+  for (const Trigger& t : r.plan.triggers.all()) {
+    ASSERT_NE(t.block, 0u) << "no block of this step is allocated in it";
+    const std::uint32_t b = tl.block_named(t.ordinal);
+    ASSERT_NE(b, kNever);
+    EXPECT_EQ(tl.blocks[b].id, t.block);
+    if (t.action == Action::Spill) spilled.insert(t.block);
+    if (t.action == Action::Prefetch) fetched.insert(t.block);
+  }
+  EXPECT_GE(spilled.size(), kGranules / 2);
+  EXPECT_FALSE(fetched.empty());
+  EXPECT_EQ(r.modeled.over_budget_bytes, 0u);
+  EXPECT_EQ(r.modeled.demand_fetches, 0u);
+  // Without a plan the reactive path alone fetches on demand and stalls.
+  const StepPlan none{tl.tokens, TriggerTable({}, static_cast<std::uint32_t>(tl.ops.size())), tl.token_ordinals};
+  SafeReactive victims;
+  const SimResult reactive = simulate_step(tl, std::span(&none, 1), victims, SimOptions{budget, link, false, {}});
+  EXPECT_GT(reactive.demand_fetches, 0u);
+  EXPECT_LT(r.modeled.stall_ns, reactive.stall_ns);
 }
 
 }  // namespace

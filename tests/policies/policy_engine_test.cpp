@@ -407,5 +407,29 @@ TEST(PolicyEngine, LaunchDurationsMeasuredLaterReplaceTheRecordedOnes) {
             12u * 5 + 8u * 1000);
 }
 
+// The running step hands out a plan's triggers for a pool's granules from
+// before the step by their ids: the same blocks in every step.
+TEST(PolicyEngine, APoolsGranulesAreHandedOutByTheirIds) {
+  constexpr std::uint32_t kGranules = 6;
+  const Trace trace = test::pool_trace(kGranules, 100'000'000, 10'000'000, 4);
+  PolicyEngine engine({3 * 100'000'000ull, parse_link("pcie5"), {}});
+  std::size_t step = static_cast<std::size_t>(-1);
+  std::set<std::uint64_t> spilled, fetched;
+  for (const Event& e : trace) {
+    if (e.kind == EventKind::Step) ++step;
+    if (e.kind == EventKind::Launch && step == 3)
+      for (std::uint32_t ahead : {0u, 1u})
+        for (const Trigger& t : engine.triggers_ahead(ahead)) {
+          EXPECT_GE(t.block, 0x1000u);
+          EXPECT_LE(t.block, 0x1000u * kGranules);
+          if (t.action == Action::Spill) spilled.insert(t.block);
+          if (t.action == Action::Prefetch) fetched.insert(t.block);
+        }
+    engine.record(e);
+  }
+  EXPECT_GE(spilled.size(), kGranules / 2);
+  EXPECT_FALSE(fetched.empty());
+}
+
 }  // namespace
 }  // namespace tierrt::policy

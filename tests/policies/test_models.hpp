@@ -97,4 +97,26 @@ inline SynthOptions noisy(const NoiseCase& c, std::uint64_t seed, std::uint32_t 
   return o;
 }
 
+// A pool a framework allocated once, before the first step (PyTorch's
+// caching allocator's segment, tiered per granule: lazy blocks), and steps
+// that carve the same activations out of it each time: granule k is written
+// at launch k of the forward pass and read at launch 2n-1-k of the backward
+// pass, every launch `launch_ns` long. Granule ids are 0x1000 * (k + 1).
+inline Trace pool_trace(std::uint32_t granules, std::uint64_t bytes, std::uint64_t launch_ns, std::uint32_t steps) {
+  Trace t;
+  for (std::uint32_t k = 0; k < granules; ++k) t.push_back(Event::alloc(0x1000 * (k + 1), bytes, 0, /*lazy=*/true));
+  LaunchSeq seq = 0;
+  for (std::uint32_t step = 0; step < steps; ++step) {
+    t.push_back(Event::step(step));
+    for (std::uint32_t op = 0; op < 2 * granules; ++op) {
+      const std::uint32_t k = op < granules ? op : 2 * granules - 1 - op;
+      t.push_back(Event::launch(seq, launch_ns));
+      t.push_back(Event::use(0x1000 * (k + 1), seq));
+      ++seq;
+    }
+  }
+  t.push_back(Event::step(steps));
+  return t;
+}
+
 }  // namespace tierrt::policy::test

@@ -61,6 +61,11 @@ for probe in xla caching; do
   fences=$(python3 -c 'import json, sys; g = json.load(open(sys.argv[1]))["granule_groups"]
 print("yes" if g["fenced_moves"] > 0 and g["fence_waits"] >= 0 and g["live"] == 0 else "no", g)' "$probe-granule.json")
   check "$probe: the report counts the granule moves fenced" "yes" "${fences%% *}"
+  # The planner moves granules itself: those the step allocates (XLA's) and
+  # those of a pool from before the step (the caching allocator's segment).
+  planned=$(python3 -c 'import json, sys; p = json.load(open(sys.argv[1]))["planner"]
+print("yes" if p and p["spills"] > 0 and p["prefetches"] > 0 else "no", p)' "$probe-granule.json")
+  check "$probe: the planner spilled and prefetched granules" "yes" "${planned%% *}"
   echo "$probe granule groups in the report: ${fences#* }"
   gib=$(awk -v b="${budget%MiB}" 'BEGIN { printf "%.6f", b / 1024 }')
   "$replay" replay --trace "$probe-granule.trace" --budget-gib "$gib" --policies none,tierrt >"$probe-replay.out" \

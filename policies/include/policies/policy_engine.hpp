@@ -59,8 +59,9 @@ class PolicyEngine {
   // looks further ahead. They are the plan's triggers for the learned launches the
   // aligned position has reached (for ahead 0 also any it jumped over since the
   // last launch was recorded), with `op` the running launch and `ordinal` the
-  // running block that stands for the learned one; a trigger whose block has not
-  // turned up is left out. The span stays valid until the next call with the
+  // running block that stands for the learned one (a block from before the step:
+  // `block`, its id, and no ordinal); a trigger whose block has not turned up is
+  // left out. The span stays valid until the next call with the
   // same `ahead == 0`-ness or the next record().
   std::span<const Trigger> triggers_ahead(std::uint32_t ahead) const;
   // The block a trigger names: the one allocated `ordinal`-th in the current step.

@@ -22,6 +22,11 @@ inline constexpr std::uint32_t kNever = 0xffffffffu;
 // free's token (an allocation's token holds its block's ordinal alone).
 inline constexpr std::uint32_t kLaunchToken = 0xfffffffeu;
 inline constexpr std::uint32_t kFreeToken = 0x80000000u;
+// Trigger::ordinal of a block from before the step (a granule of a pool the
+// framework allocated once): this bit and the block's index in the timeline
+// the plan was made from; the follower finds it by Trigger::block, its id,
+// which is the same in every step.
+inline constexpr std::uint32_t kBeforeStep = 0x80000000u;
 
 struct OpRecord {
   std::uint64_t seq = 0;          // the launch sequence number it had in the trace
@@ -68,6 +73,18 @@ struct StepTimeline {
     return {op_uses.data() + ops[op].uses_begin, ops[op].uses_end - ops[op].uses_begin};
   }
   std::uint64_t compute_ns() const;
+  // What a trigger calls block `b` (its ordinal, or kBeforeStep and its
+  // index), and the block a trigger's ordinal names (kNever: none here).
+  std::uint32_t name_of(std::uint32_t b) const {
+    return blocks[b].predates_step() ? (kBeforeStep | b) : blocks[b].ordinal;
+  }
+  std::uint32_t block_named(std::uint32_t ordinal) const {
+    if (ordinal != kNoOrdinal && (ordinal & kBeforeStep) != 0) {
+      const std::uint32_t b = ordinal & ~kBeforeStep;
+      return b < blocks.size() && blocks[b].predates_step() ? b : kNever;
+    }
+    return ordinal < by_ordinal.size() ? by_ordinal[ordinal] : kNever;
+  }
   // Launches a follower lets through when the step matches `expected` only up to
   // their common token prefix.
   std::uint32_t ops_matching(const std::vector<std::uint64_t>& expected) const;

@@ -24,6 +24,9 @@ struct Trigger {
   Action action = Action::Spill;
   std::uint32_t ordinal = 0;        // the block, by allocation order within the step
   std::uint32_t release_after = 0;  // Spill only: last launch that still reads the device copy
+  // A block from before the step (ordinal has kBeforeStep set), by its id:
+  // the same block in every step. 0 for a block the step allocates.
+  std::uint64_t block = 0;
 
   friend bool operator==(const Trigger&, const Trigger&) = default;
 };

@@ -156,7 +156,7 @@ class PolicyThread {
   void read_clock();  // device durations of the launches between samples that completed
   void publish();
   void tag(const policy::Event& e);  // what the policy learned, for the allocator's per-class stats
-  alloc::Block* block_for(std::uint32_t ordinal) const;
+  alloc::Block* block_for(const policy::Trigger& t) const;
   void act(std::span<const policy::Trigger> triggers, policy::Action action);
   bool carry_out(const policy::Trigger& t);
   void retry_deferred();
