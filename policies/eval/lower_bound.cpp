@@ -14,6 +14,20 @@ LowerBound lower_bound(const StepTimeline& tl, std::uint64_t budget, const LinkM
   const auto start = ideal_start_times(tl);
   const auto profile = tl.resident_profile();
 
+  // A lazy block (a granule-group member) not used yet holds no bytes: where
+  // the device has no room it starts on the host without crossing the D2H
+  // engine, so that much of the excess needs no outbound copy.
+  std::vector<double> unwritten(tl.ops.size() + 1, 0);
+  for (const BlockRecord& r : tl.blocks) {
+    if (!r.lazy) continue;
+    const std::uint32_t first = r.use_count() > 0 ? tl.block_uses[r.uses_begin] : static_cast<std::uint32_t>(tl.ops.size());
+    const std::uint32_t from = r.predates_step() ? 0 : r.alloc_op;
+    if (from >= first) continue;
+    unwritten[from] += static_cast<double>(r.bytes);
+    unwritten[first] -= static_cast<double>(r.bytes);
+  }
+  for (std::size_t i = 1; i < unwritten.size(); ++i) unwritten[i] += unwritten[i - 1];
+
   std::uint32_t peak = 0;
   double peak_excess = 0, out_stall = 0;
   std::vector<double> out_stall_upto(tl.ops.size(), 0);  // the outbound stall over launches 0..i
@@ -23,7 +37,8 @@ LowerBound lower_bound(const StepTimeline& tl, std::uint64_t budget, const LinkM
     std::uint64_t needed_now = 0;
     for (std::uint32_t b : tl.blocks_of(i)) needed_now += tl.blocks[b].bytes;
     if (static_cast<double>(profile[i] - std::min(profile[i], needed_now)) < excess) lb.feasible = false;
-    out_stall = std::max(out_stall, link.d2h_ns(excess) - start[i]);
+    const double copied_out = std::max(0.0, excess - unwritten[i]);
+    out_stall = std::max(out_stall, link.d2h_ns(copied_out) - start[i]);
     out_stall_upto[i] = out_stall;
     if (excess > peak_excess) peak_excess = excess, peak = i;
   }

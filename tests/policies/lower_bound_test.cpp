@@ -63,5 +63,25 @@ TEST(LowerBound, BudgetBelowOneLaunchIsInfeasible) {
   EXPECT_FALSE(lower_bound(two_blocks(), 90 * kMB, kLink).feasible);
 }
 
+// A lazy block (a granule-group member) holds nothing until first used: where
+// the device has no room it starts on the host with no copy out. A: 100 MB
+// read by launches 0..2, then freed; L: 100 MB, lazy, first used by launch 3.
+// At 150 MB nothing needs to cross the D2H engine (L starts on the host);
+// 50 MB of L must come back between the peak (launch 0) and launch 3, 30 ms
+// later, at 1 GB/s: 20 ms of stall. Counting L as bytes to copy out would
+// make it 70 ms, more than a schedule that leaves L on the host pays.
+TEST(LowerBound, ALazyBlockNotUsedYetNeedsNoCopyOut) {
+  Trace t{Event::step(0), Event::alloc(1, 100 * kMB), Event::alloc(2, 100 * kMB, 0, /*lazy=*/true)};
+  for (LaunchSeq i = 0; i < 4; ++i) {
+    t.push_back(Event::launch(i, 10'000'000));
+    t.push_back(Event::use(i < 3 ? 1 : 2, i));
+    if (i == 2) t.push_back(Event::free(1));
+  }
+  t.push_back(Event::free(2));
+  const auto lb = lower_bound(analyse_trace(t).steps.at(0), 150 * kMB, kLink);
+  EXPECT_TRUE(lb.feasible);
+  EXPECT_NEAR(lb.stall_ns, 20e6, 1);
+}
+
 }  // namespace
 }  // namespace tierrt::policy

@@ -3,7 +3,8 @@
 // recomputes runs another step and may go below it). Two constraints, each valid
 // for every such policy:
 //  - out: before launch i, at least excess(i) bytes must have crossed the D2H engine,
-//    which started no earlier than the step;
+//    which started no earlier than the step, less the bytes of lazy blocks (granule-
+//    group members) not used yet, which may start on the host with no copy;
 //  - back: of the bytes off the device at the peak, those that launches up to j need
 //    (all but what stays unused until after j) must cross the H2D engine between the
 //    peak and launch j.
