@@ -213,7 +213,10 @@ CUresult Mover::fetch(Block* b, CUstream consumer, bool demand, std::span<Block*
   if (r != CUDA_SUCCESS) return r;
   if (op != nullptr) {
     if ((r = enqueue_fetch(op, demand, pinned)) != CUDA_SUCCESS) {
-      fetches_failed_.fetch_add(1, std::memory_order_relaxed);
+      // A prefetch may not spill others: with no room yet it waits for a
+      // later try (the policy's), which is no failure.
+      (r == CUDA_ERROR_OUT_OF_MEMORY && !demand ? fetches_put_off_ : fetches_failed_)
+          .fetch_add(1, std::memory_order_relaxed);
       undo_fetch(op);
       return r;
     }
@@ -545,6 +548,7 @@ void Mover::fill_stats(Stats* s) const noexcept {
   s->fetches = fetches_.load(std::memory_order_relaxed);
   s->demand_fetches = demand_fetches_.load(std::memory_order_relaxed);
   s->fetches_failed = fetches_failed_.load(std::memory_order_relaxed);
+  s->fetches_put_off = fetches_put_off_.load(std::memory_order_relaxed);
   s->bytes_spilled = bytes_spilled_.load(std::memory_order_relaxed);
   s->bytes_fetched = bytes_fetched_.load(std::memory_order_relaxed);
 }

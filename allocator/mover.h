@@ -144,7 +144,7 @@ class Mover {
   // as done.
   std::atomic<std::uint64_t> spills_{0}, spills_done_{0}, spills_failed_{0};
   std::atomic<std::uint64_t> fetches_started_{0}, demand_fetches_started_{0};
-  std::atomic<std::uint64_t> fetches_{0}, demand_fetches_{0}, fetches_failed_{0};
+  std::atomic<std::uint64_t> fetches_{0}, demand_fetches_{0}, fetches_failed_{0}, fetches_put_off_{0};
   std::atomic<std::uint64_t> bytes_spilled_{0}, bytes_fetched_{0};
 };
 

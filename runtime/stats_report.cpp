@@ -125,9 +125,10 @@ void write_text(FILE* f, const Report& r) {
   std::fprintf(f, "  spilled                 %10llu blocks, %.1f MiB (%llu more started, then used again in time; "
                "%llu failed)\n", ull(s.spills_done), mib(t.bytes_spilled), ull(t.spills_aborted), ull(t.spills_failed));
   std::fprintf(f, "  fetched back            %10llu blocks, %.1f MiB (%llu on demand, of which %llu made their stream "
-               "wait %.2f ms; %llu failed); %.1f MiB freed while on the host, %.1f MiB on the host now\n", ull(t.fetches),
+               "wait %.2f ms; %llu prefetches put off for want of room; %llu failed); %.1f MiB freed while on the "
+               "host, %.1f MiB on the host now\n", ull(t.fetches),
                mib(t.bytes_fetched), ull(t.demand_fetches), ull(t.demand_fetches_waited), ms(t.demand_wait_ns),
-               ull(t.fetches_failed), mib(r.freed_spilled), mib(spilled_now));
+               ull(t.fetches_put_off), ull(t.fetches_failed), mib(r.freed_spilled), mib(spilled_now));
   const double rate = hit_rate(t.planned_prefetches, t.late_fetches);
   if (rate < 0)
     std::fprintf(f, "  prefetch hit rate              n/a (no prefetch planned)\n");
@@ -200,12 +201,14 @@ void write_json(FILE* f, const Report& r) {
   std::fprintf(f, "},\n");
   std::fprintf(f, "  \"moves\": {\"spills\": %llu, \"spills_aborted\": %llu, \"spills_failed\": %llu, "
                "\"bytes_spilled\": %llu, \"fetches\": %llu, \"demand_fetches\": %llu, \"fetches_failed\": %llu, "
+               "\"fetches_put_off\": %llu, "
                "\"demand_fetches_waited\": %llu, \"demand_wait_ns\": %llu, "
                "\"bytes_fetched\": %llu, \"bytes_freed_while_spilled\": %llu, \"bytes_spilled_now\": %llu, "
                "\"planned_prefetches\": %llu, \"late_prefetches\": %llu, \"prefetch_hit_rate\": %s, "
                "\"stall_ns\": %llu},\n",
                ull(s.spills_done), ull(t.spills_aborted), ull(t.spills_failed), ull(t.bytes_spilled), ull(t.fetches),
-               ull(t.demand_fetches), ull(t.fetches_failed), ull(t.demand_fetches_waited), ull(t.demand_wait_ns),
+               ull(t.demand_fetches), ull(t.fetches_failed), ull(t.fetches_put_off), ull(t.demand_fetches_waited),
+               ull(t.demand_wait_ns),
                ull(t.bytes_fetched), ull(r.freed_spilled),
                ull(s.bytes[static_cast<int>(alloc::State::Spilled)]), ull(t.planned_prefetches), ull(t.late_fetches),
                json_rate(hit_rate(t.planned_prefetches, t.late_fetches)).c_str(), ull(r.late_ns));
@@ -285,6 +288,7 @@ void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
   t.spills_aborted = s.spills_aborted;
   t.spills_failed = s.spills_failed;
   t.fetches_failed = s.fetches_failed;
+  t.fetches_put_off = s.fetches_put_off;
   t.over_budget = s.over_budget;
   t.tiering_stopped = s.tiering_stopped ? 1 : 0;
   t.host_placement = public_placement(s.host_placement);

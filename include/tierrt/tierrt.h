@@ -88,6 +88,7 @@ typedef struct tierrt_stats {
   uint64_t demand_wait_ns;          /* how long those streams waited, on the device's clock */
   uint64_t use_events;              /* events recorded to know when work using tierrt's memory is done */
   uint64_t lazy_uses;               /* launches whose use shared their stream's next such event */
+  uint64_t fetches_put_off;         /* prefetches that found no room within device_budget yet (not in fetches_failed): tried again later */
 } tierrt_stats;
 
 /* "0.1.0" */

@@ -284,6 +284,42 @@ TEST_P(FetchCounts, AFailedDemandFetchIsCountedAsFailedNotAsDone) {
   CU_OK(a->free(b->va, nullptr));
 }
 
+// A prefetch may not spill others to make room: with the budget full it is
+// put off (counted apart: no failure), the block stays on the host with its
+// bytes, and a later prefetch, once there is room, brings it back.
+TEST_P(FetchCounts, APrefetchWithNoRoomIsPutOffNotFailed) {
+  Env::get().bind();
+  Options o;
+  o.mode = GetParam();
+  o.pinned_chunk = 8 * MiB;
+  o.device_budget = 2 * kBytes;
+  CUresult made = CUDA_SUCCESS;
+  auto a = Allocator::create(o, &made);
+  ASSERT_EQ(made, CUDA_SUCCESS);
+  Block* b = alloc(*a);
+  CU_OK(fill(*a, b, nullptr, 1));
+  ASSERT_EQ(a->spill(b), SpillResult::Started);
+  a->drain();
+  Block* full[] = {alloc(*a), alloc(*a)};  // the budget, whole
+  ASSERT_EQ(b->st(), State::Spilled);
+  EXPECT_EQ(a->prefetch(b, nullptr), CUDA_ERROR_OUT_OF_MEMORY);
+  Stats st = a->stats();
+  EXPECT_EQ(st.fetches_put_off, 1u);
+  EXPECT_EQ(st.fetches_failed, 0u);
+  EXPECT_EQ(b->st(), State::Spilled);
+  CU_OK(a->free(full[0]->va, nullptr));
+  CU_OK(a->prefetch(b, nullptr));
+  a->drain();
+  st = a->stats();
+  EXPECT_EQ(st.fetches, 1u);
+  EXPECT_EQ(st.demand_fetches, 0u);
+  std::vector<std::uint8_t> got;
+  CU_OK(read(*a, b, &got));
+  EXPECT_TRUE(got == expected(kBytes, 1));
+  CU_OK(a->free(full[1]->va, nullptr));
+  CU_OK(a->free(b->va, nullptr));
+}
+
 // Spills, prefetches, launches and reallocations in a random order (fixed
 // seed), a fault armed at a random call of the two paths before each of
 // them: whatever failed, every block ends with exactly the bytes the launches

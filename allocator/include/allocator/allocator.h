@@ -78,10 +78,12 @@ struct Stats {
   // (a driver call failed, or tiering stopped under it: the block stayed
   // resident); fetches started (for
   // a launch: demand), of which done (the copy went out; demand_fetches ⊆
-  // fetches) or failed (the block stayed where its bytes were).
+  // fetches) or failed (the block stayed where its bytes were); and
+  // prefetches put off for want of room within the budget (a prefetch spills
+  // nothing; the block stayed on the host, to be tried again).
   std::uint64_t spills = 0, spills_done = 0, spills_aborted = 0, spills_failed = 0, spills_refused_host_full = 0;
   std::uint64_t fetches_started = 0, demand_fetches_started = 0;
-  std::uint64_t fetches = 0, demand_fetches = 0, fetches_failed = 0;
+  std::uint64_t fetches = 0, demand_fetches = 0, fetches_failed = 0, fetches_put_off = 0;
   std::uint64_t over_budget = 0;  // device claims that passed the budget (the device had room)
   std::uint64_t bytes_spilled = 0, bytes_fetched = 0;
   std::uint64_t rescues = 0, trimmed_bytes = 0;
