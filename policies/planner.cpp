@@ -297,7 +297,8 @@ PlanResult plan_step(const StepTimeline& tl, std::uint64_t budget, LinkModel lin
     }
   }
   if (!have_best) {
-    // Nothing the link carries: plan no move and leave the budget to the reactive path.
+    // Nothing the link carries: plan no spill and leave the budget to the
+    // reactive path (only what starts off the device comes back by the plan).
     best = PlanResult{};
     best.plan = StepPlan{tl.tokens,
                          TriggerTable(first_use_refetches(tl, start, link, local, budget),
