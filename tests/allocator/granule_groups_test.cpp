@@ -87,6 +87,9 @@ class Groups : public ::testing::Test {
     group_[1] = m0_->group->record;
     CU_OK(fill(*a_, m1_, nullptr, 7));
     CU_OK(fill(*a_, m0_, nullptr, 8));
+    // As an application must before another stream (a non-blocking one
+    // does not wait for the legacy stream) writes the same bytes.
+    CU_OK(cuStreamSynchronize(nullptr));
     a_->drain();
     if (!spill_m1) return;
     ASSERT_EQ(a_->spill(m1_), SpillResult::Started);
