@@ -20,6 +20,7 @@ CUresult Allocator::Parts::init() noexcept {
   if (mover == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
   if (const CUresult u = uses.start(opt.lazy_use_window_ns); u != CUDA_SUCCESS) return u;
   arena.set_reclaimer(this);
+  mover->set_donors(this);
   return mover->start();
 }
 

@@ -26,8 +26,7 @@ void BlockStates::recycle(Block* b) noexcept {
   std::lock_guard<RankedMutex> g(mu_);
   assert(b->ops_pending == 0 && b->nuses == 0 && b->dev == 0 && b->host.chunk == 0 && b->host.buf == nullptr);
   assert(!b->cache_hook.is_linked() && !b->resident_hook.is_linked());
-  if (b->counted_freed) count(State::Freed, b, -1);
-  b->counted_freed = false;
+  uncount_freed(b);
   b->va = b->shadow = 0;
   b->size = b->mapped = 0;
   b->remapping = b->captured = b->va_on_host = false;
@@ -37,6 +36,18 @@ void BlockStates::recycle(Block* b) noexcept {
   b->member = 0;
   b->untouched = false;
   pool_.push_back(*b);
+}
+
+void BlockStates::uncount_freed(Block* b) noexcept {
+  if (b->counted_freed) count(State::Freed, b, -1);
+  b->counted_freed = false;
+}
+
+void BlockStates::return_donor(Block* b, const Lock&) noexcept {
+  assert(b->st() == State::Freed && !b->counted_freed);
+  count(State::Freed, b, +1);
+  b->counted_freed = true;
+  cache_.insert(b);
 }
 
 void BlockStates::count(State s, const Block* b, int delta) noexcept {
@@ -152,8 +163,7 @@ Block* BlockStates::reuse(std::size_t mapped, std::size_t size, bool spillable, 
 
 void BlockStates::revive(Block* b, std::size_t size, bool spillable, const Lock& l) noexcept {
   // Out of FREED with its old size; set_state counts it in with the new one.
-  count(State::Freed, b, -1);
-  b->counted_freed = false;
+  uncount_freed(b);
   b->size = size;
   b->spillable = spillable;
   b->lifetime = 0;

@@ -93,6 +93,18 @@ class BlockStates {
   std::uint64_t take_cached(std::uint64_t bytes, F&& take, const Lock&);
   // A block take_cached gave out goes back, still FREED, on its free stream.
   void return_cached(Block* b, const Lock&) noexcept { cache_.insert(b); }
+  // A cached block of exactly `mapped` bytes that `usable` accepts, out of
+  // the cache and no longer counted as cached: it gives its chunk to a
+  // fetch (ChunkDonors) and stays FREED until it is destroyed.
+  template <class Pred>
+  Block* take_donor(std::size_t mapped, Pred&& usable, const Lock&) {
+    Block* b = cache_.take_if(mapped, BlockCache::kMaxFits,
+                              [&](Block* c) { return c->mapped == mapped && usable(c); });
+    if (b != nullptr) uncount_freed(b);
+    return b;
+  }
+  // A donor whose fetch failed: cached again, counted again.
+  void return_donor(Block* b, const Lock&) noexcept;
 
   // ---- moves ----
   void begin_move(Block* b, Move m, const Lock&) noexcept;
@@ -186,6 +198,7 @@ class BlockStates {
   using HolderList = bi::list<PinHolder, bi::member_hook<PinHolder, bi::list_member_hook<>, &PinHolder::hook>>;
 
   void count(State s, const Block* b, int delta) noexcept;
+  void uncount_freed(Block* b) noexcept;
   // A block just taken from the cache: RESIDENT with its new size.
   void revive(Block* b, std::size_t size, bool spillable, const Lock& l) noexcept;
   // SPILLING -> RESIDENT: the copy under way is discarded when it completes.

@@ -126,6 +126,17 @@ CUresult DeviceArena::obtain_chunk(std::size_t bytes, Handle* out, const Claiman
   return r;
 }
 
+bool DeviceArena::obtain_chunk_at_once(std::size_t bytes, Handle* out) noexcept {
+  if (spares_.take(bytes, out)) return true;
+  if (!budget_.try_reserve(bytes)) return false;
+  const CUmemAllocationProp prop = device_chunk_prop(dev_, exportable_.load(std::memory_order_relaxed));
+  if (TIERRT_CU(cuMemCreate, out, bytes, &prop, 0ull) == CUDA_SUCCESS) return true;
+  // Refused (out of memory, or an exportable chunk refused): obtain_chunk
+  // knows what to do about either.
+  budget_.release(bytes);
+  return false;
+}
+
 void DeviceArena::give_chunk(Handle h, std::size_t bytes) noexcept {
   if (!spares_.give(h, bytes)) release_chunk(h, bytes);
 }

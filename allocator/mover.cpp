@@ -22,6 +22,9 @@ struct Mover::Op {
   UseEvent* ev = nullptr;                // completes with the copy
   HostCopy host;                         // spill: where the bytes go; fetch: where they were
   CUmemGenericAllocationHandle dev = 0;  // fetch: the block's new chunk
+  // fetch: the freed block that gave `dev` (still mapped onto it until the
+  // copy, which waits for its uses, completed).
+  Block* donor = nullptr;
   CopyTimer timer;
   // A copy was enqueued and could not be waited for: the memory it touches
   // is kept (never reused) rather than released under it.
@@ -263,8 +266,7 @@ CUresult Mover::enqueue_fetch(Op* op, bool demand, std::span<Block* const> pinne
   // Uses of the spilled block (remap: reads over the link) finish before its
   // VA is remapped.
   uses_.forget(b, /*synchronize=*/true);
-  // Only a fetch a launch waits for may spill others or pass the budget.
-  CUresult r = arena_.obtain_chunk(b->mapped, &op->dev, Claimant{demand, pinned, demand, true});
+  CUresult r = obtain_fetch_chunk(op, demand, pinned);
   if (r != CUDA_SUCCESS) return r;
   if (Group* g = b->group) {
     // A kernel of the group may reach the member on its host copy: none may
@@ -280,8 +282,7 @@ CUresult Mover::enqueue_fetch(Op* op, bool demand, std::span<Block* const> pinne
   }
   assert(b->group == nullptr || (op->fenced && b->group->enqueuing.load() == 0));
   if ((r = backing_.enter_device(b, op->dev)) != CUDA_SUCCESS) {
-    arena_.give_chunk(op->dev, b->mapped);
-    op->dev = 0;
+    give_back_fetch_chunk(op);
     drop_fetch_fence(op);
     return r;
   }
@@ -297,11 +298,32 @@ CUresult Mover::enqueue_fetch(Op* op, bool demand, std::span<Block* const> pinne
     // the chunk is given back only once it is no longer mapped there. A copy
     // whose end stays unknown (the driver answers no wait: its context is
     // lost) keeps both, with the chunk's share of the budget, for good.
-    if (settle(h2d_) && backing_.undo_enter_device(b) == CUDA_SUCCESS) arena_.give_chunk(op->dev, b->mapped);
+    if (settle(h2d_) && backing_.undo_enter_device(b) == CUDA_SUCCESS) give_back_fetch_chunk(op);
     op->dev = 0;
+    op->donor = nullptr;  // kept out of the cache if its chunk was not given back
     drop_fetch_fence(op);
   }
   return r;
+}
+
+CUresult Mover::obtain_fetch_chunk(Op* op, bool demand, std::span<Block* const> pinned) noexcept {
+  const std::size_t bytes = op->b->mapped;
+  if (arena_.obtain_chunk_at_once(bytes, &op->dev)) return CUDA_SUCCESS;
+  if (donors_ != nullptr && donors_->donate(bytes, h2d_, &op->dev, &op->donor)) {
+    chunks_handed_over_.fetch_add(1, std::memory_order_relaxed);
+    return CUDA_SUCCESS;
+  }
+  // Only a fetch a launch waits for may spill others or pass the budget.
+  return arena_.obtain_chunk(bytes, &op->dev, Claimant{demand, pinned, demand, true});
+}
+
+void Mover::give_back_fetch_chunk(Op* op) noexcept {
+  if (op->donor != nullptr)
+    donors_->take_back(op->donor, op->dev);
+  else
+    arena_.give_chunk(op->dev, op->b->mapped);
+  op->dev = 0;
+  op->donor = nullptr;
 }
 
 void Mover::drop_fetch_fence(Op* op) noexcept {
@@ -512,6 +534,10 @@ void Mover::finalize_fetch(Op* op) noexcept {
   }
   uses_.unref(done);
   uses_.unref(group_done);
+  // A donor whose uses' end is unknown (so is the copy's) keeps its VA on
+  // the chunk, out of the cache, for good.
+  if (op->donor != nullptr && !op->unsettled) donors_->retire(op->donor);
+  op->donor = nullptr;
 }
 
 void Mover::report(const Op& op) noexcept {
@@ -551,6 +577,7 @@ void Mover::fill_stats(Stats* s) const noexcept {
   s->fetches_put_off = fetches_put_off_.load(std::memory_order_relaxed);
   s->bytes_spilled = bytes_spilled_.load(std::memory_order_relaxed);
   s->bytes_fetched = bytes_fetched_.load(std::memory_order_relaxed);
+  s->chunks_handed_over = chunks_handed_over_.load(std::memory_order_relaxed);
 }
 
 }  // namespace tierrt::alloc

@@ -40,6 +40,28 @@
 
 namespace tierrt::alloc {
 
+// Freed blocks whose device memory a fetch may take in stream order (the
+// allocator's cache): the fetch's copy waits on the device for the freed
+// block's last uses, where a rescue would make the host wait for them.
+class ChunkDonors {
+ public:
+  // A cached block of exactly `bytes`, with no move, pin or capture on it,
+  // leaves the cache and gives its chunk (*chunk; *donor: the block, still
+  // mapped onto it): `waiter` waits for every use of it. False when none
+  // (or its uses could not be waited for: it stays cached).
+  virtual bool donate(std::size_t bytes, CUstream waiter, CUmemGenericAllocationHandle* chunk,
+                      Block** donor) noexcept = 0;
+  // The fetch failed and its chunk is mapped nowhere else: the donor has it
+  // back and returns to the cache.
+  virtual void take_back(Block* donor, CUmemGenericAllocationHandle chunk) noexcept = 0;
+  // The fetch's copy completed, and with it every use of the donor: its VA
+  // and record go (the chunk is the fetched block's).
+  virtual void retire(Block* donor) noexcept = 0;
+
+ protected:
+  ~ChunkDonors() = default;
+};
+
 class Mover {
  public:
   Mover(BlockStates& blocks, DeviceArena& arena, HostBacking& backing, UseTracker& uses) noexcept
@@ -75,6 +97,7 @@ class Mover {
   void inject_broken_invariant() noexcept { injected_.store(true, std::memory_order_relaxed); }
   static constexpr std::size_t kWhyBytes = 160;
 
+  void set_donors(ChunkDonors* d) noexcept { donors_ = d; }
   void set_observer(MoveObserver* o) noexcept { observer_.store(o, std::memory_order_release); }
   MoveObserver* observer() const noexcept { return observer_.load(std::memory_order_acquire); }
   CUstream fetch_stream() const noexcept { return h2d_; }
@@ -90,6 +113,11 @@ class Mover {
   CUresult claim_for_fetch(Block* b, bool demand, std::span<Block* const> pinned, Op** op,
                            UseEvent** ready) noexcept;
   CUresult enqueue_fetch(Op* op, bool demand, std::span<Block* const> pinned) noexcept;
+  // The fetch's device chunk: a spare, room in the budget, a freed block's
+  // (ChunkDonors), else what a rescue makes room for.
+  CUresult obtain_fetch_chunk(Op* op, bool demand, std::span<Block* const> pinned) noexcept;
+  // The chunk of a fetch that failed goes back where it came from.
+  void give_back_fetch_chunk(Op* op) noexcept;
   void undo_fetch(Op* op) noexcept;
   UseEvent* publish_fetch(Op* op, bool demand) noexcept;
   // Granule groups (block.h, Group): a fetch's fence dropped on failure, and
@@ -119,6 +147,7 @@ class Mover {
   DeviceArena& arena_;
   HostBacking& backing_;
   UseTracker& uses_;
+  ChunkDonors* donors_ = nullptr;  // set before the first fetch
   CUstream d2h_ = nullptr, h2d_ = nullptr;
   std::atomic<MoveObserver*> observer_{nullptr};
 
@@ -146,6 +175,7 @@ class Mover {
   std::atomic<std::uint64_t> fetches_started_{0}, demand_fetches_started_{0};
   std::atomic<std::uint64_t> fetches_{0}, demand_fetches_{0}, fetches_failed_{0}, fetches_put_off_{0};
   std::atomic<std::uint64_t> bytes_spilled_{0}, bytes_fetched_{0};
+  std::atomic<std::uint64_t> chunks_handed_over_{0};  // fetches given a freed block's chunk
 };
 
 }  // namespace tierrt::alloc

@@ -29,7 +29,7 @@ namespace tierrt::alloc {
 // A launch naming b's group (b: its use record) released (residency.cpp).
 void note_enqueued(Block* b) noexcept;
 
-struct Allocator::Parts final : Reclaimer {
+struct Allocator::Parts final : Reclaimer, ChunkDonors {
   explicit Parts(const Options& o) noexcept : opt(o) {}
   ~Parts();
   CUresult init() noexcept;
@@ -83,6 +83,12 @@ struct Allocator::Parts final : Reclaimer {
   void over_budget(std::uint64_t used, std::uint64_t limit) noexcept override;
   bool spill_coldest(std::uint64_t bytes) noexcept;
   std::uint64_t trim(std::uint64_t bytes) noexcept;
+
+  // chunk_handover.cpp
+  bool donate(std::size_t bytes, CUstream waiter, CUmemGenericAllocationHandle* chunk,
+              Block** donor) noexcept override;
+  void take_back(Block* donor, CUmemGenericAllocationHandle chunk) noexcept override;
+  void retire(Block* donor) noexcept override;
 
   const Options opt;
   DeviceArena arena;

@@ -244,6 +244,7 @@ void Engine::note_launch(const BlockList& blocks, CUstream key, bool capturing) 
   if (policy_) {
     // Under capture, timing the launch would put the clock's event into the graph.
     policy_->post_launch(seq, sid, key, !capturing, named);
+    if (!capturing) policy_->run_due(seq);
   }
   // Residency over time, every 256 launches: enough to draw, cheap to keep.
   if ((seq & 255) == 0) sample(SampleKind::Launches, sid, 0);

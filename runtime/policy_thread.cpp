@@ -214,7 +214,7 @@ void PolicyThread::feed(const policy::Event& e, std::uint64_t ns) {
   }
   if (held_) release_held_launch(ns);
   if (e.kind == EventKind::Launch) {
-    act_on_launch();
+    act_on_launch(e.a);
     hold_launch(e, ns);
     return;
   }
@@ -248,7 +248,7 @@ void PolicyThread::release_held_launch(std::uint64_t ns) {
 // The launch is out, its uses recorded: spill what it used last, and bring
 // back what it and the launch after it need (this thread learns of a launch
 // only once it was issued).
-void PolicyThread::act_on_launch() {
+void PolicyThread::act_on_launch(std::uint64_t seq) {
   read_clock();
   if (!acts_) return;
   if (policy_->steps_completed() != deferred_step_) {  // ordinals name another step's blocks now
@@ -261,6 +261,30 @@ void PolicyThread::act_on_launch() {
     act(policy_->triggers_ahead(0), a);
     act(policy_->triggers_ahead(1), a);
   }
+  arm_ahead(seq);
+}
+
+// The prefetches of the launches after the next one, for the launching
+// thread to carry out should it get there first (armed_prefetches.h): a
+// trigger at launch `seq + i` is due once launch `seq + i - 1` went out.
+void PolicyThread::arm_ahead(std::uint64_t seq) {
+  armed_.disarm_passed(seq > kArmedGrace ? seq - kArmedGrace : 0);
+  for (std::uint32_t i = 2; i <= kArmAhead; ++i)
+    for (const policy::Trigger& t : policy_->triggers_ahead(i)) {
+      if (t.action != policy::Action::Prefetch && t.action != policy::Action::Refetch) continue;
+      alloc::Block* b = block_for(t);
+      if (b != nullptr && off_device(b->st())) armed_.arm(b, seq + i - 1);
+    }
+  armed_.publish();
+}
+
+void PolicyThread::run_due(std::uint64_t seq) noexcept {
+  armed_.run_due(seq, [&](alloc::Block* b) {
+    if (!off_device(b->st())) return;
+    if (allocator_.prefetch(b, nullptr) != CUDA_SUCCESS) return;  // no room: the plan's own try comes later
+    prefetches_.fetch_add(1, std::memory_order_relaxed);
+    prefetches_by_launchers_.fetch_add(1, std::memory_order_relaxed);
+  });
 }
 
 // The allocator's per-class statistics: a block allocated in a step gets the
@@ -352,7 +376,7 @@ bool PolicyThread::carry_out(const policy::Trigger& t) {
   if (!b) return true;
   const alloc::State st = b->st();
   const bool fetch = t.action == policy::Action::Prefetch || t.action == policy::Action::Refetch;
-  if (fetch && (st == alloc::State::Spilled || st == alloc::State::Spilling)) {
+  if (fetch && off_device(st)) {
     const CUresult r = allocator_.prefetch(b, nullptr);
     if (r == CUDA_SUCCESS) prefetches_.fetch_add(1, std::memory_order_relaxed);
     return r != CUDA_ERROR_OUT_OF_MEMORY;

@@ -129,6 +129,8 @@ void write_text(FILE* f, const Report& r) {
                "host, %.1f MiB on the host now\n", ull(t.fetches),
                mib(t.bytes_fetched), ull(t.demand_fetches), ull(t.demand_fetches_waited), ms(t.demand_wait_ns),
                ull(t.fetches_put_off), ull(t.fetches_failed), mib(r.freed_spilled), mib(spilled_now));
+  std::fprintf(f, "  freed memory reused     %10llu fetches took a freed allocation's memory, its last uses waited for "
+               "on the device\n", ull(t.chunks_handed_over));
   const double rate = hit_rate(t.planned_prefetches, t.late_fetches);
   if (rate < 0)
     std::fprintf(f, "  prefetch hit rate              n/a (no prefetch planned)\n");
@@ -148,8 +150,9 @@ void write_text(FILE* f, const Report& r) {
   std::fprintf(f, "  use events              %10llu recorded; %llu uses shared their stream's next one\n",
                ull(t.use_events), ull(t.lazy_uses));
   if (r.planner) {
-    std::fprintf(f, "  planner                 %10llu spills, %llu prefetches started over %llu steps learned; "
-                 "%llu mispredictions; %llu events dropped\n", ull(t.planned_spills), ull(t.planned_prefetches),
+    std::fprintf(f, "  planner                 %10llu spills, %llu prefetches started (%llu by the launching "
+                 "threads) over %llu steps learned; %llu mispredictions; %llu events dropped\n",
+                 ull(t.planned_spills), ull(t.planned_prefetches), ull(t.prefetches_by_launchers),
                  ull(t.steps_learned), ull(t.mispredictions), ull(r.dropped_events));
     if (r.learned_launches) std::fprintf(f, "  step learned last       %10u launches\n", r.learned_launches);
   }
@@ -201,13 +204,14 @@ void write_json(FILE* f, const Report& r) {
   std::fprintf(f, "},\n");
   std::fprintf(f, "  \"moves\": {\"spills\": %llu, \"spills_aborted\": %llu, \"spills_failed\": %llu, "
                "\"bytes_spilled\": %llu, \"fetches\": %llu, \"demand_fetches\": %llu, \"fetches_failed\": %llu, "
-               "\"fetches_put_off\": %llu, "
+               "\"fetches_put_off\": %llu, \"chunks_handed_over\": %llu, \"prefetches_by_launchers\": %llu, "
                "\"demand_fetches_waited\": %llu, \"demand_wait_ns\": %llu, "
                "\"bytes_fetched\": %llu, \"bytes_freed_while_spilled\": %llu, \"bytes_spilled_now\": %llu, "
                "\"planned_prefetches\": %llu, \"late_prefetches\": %llu, \"prefetch_hit_rate\": %s, "
                "\"stall_ns\": %llu},\n",
                ull(s.spills_done), ull(t.spills_aborted), ull(t.spills_failed), ull(t.bytes_spilled), ull(t.fetches),
-               ull(t.demand_fetches), ull(t.fetches_failed), ull(t.fetches_put_off), ull(t.demand_fetches_waited),
+               ull(t.demand_fetches), ull(t.fetches_failed), ull(t.fetches_put_off), ull(t.chunks_handed_over),
+               ull(t.prefetches_by_launchers), ull(t.demand_fetches_waited),
                ull(t.demand_wait_ns),
                ull(t.bytes_fetched), ull(r.freed_spilled),
                ull(s.bytes[static_cast<int>(alloc::State::Spilled)]), ull(t.planned_prefetches), ull(t.late_fetches),
@@ -289,6 +293,7 @@ void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
   t.spills_failed = s.spills_failed;
   t.fetches_failed = s.fetches_failed;
   t.fetches_put_off = s.fetches_put_off;
+  t.chunks_handed_over = s.chunks_handed_over;
   t.over_budget = s.over_budget;
   t.tiering_stopped = s.tiering_stopped ? 1 : 0;
   t.host_placement = public_placement(s.host_placement);
@@ -317,6 +322,7 @@ void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
   if (const PolicyThread* p = e.planner()) {
     t.planned_spills = p->spills_issued();
     t.planned_prefetches = p->prefetches_issued();
+    t.prefetches_by_launchers = p->prefetches_by_launchers();
     t.mispredictions = p->mispredictions();
     t.steps_learned = p->steps_learned();
   }

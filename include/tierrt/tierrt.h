@@ -89,6 +89,8 @@ typedef struct tierrt_stats {
   uint64_t use_events;              /* events recorded to know when work using tierrt's memory is done */
   uint64_t lazy_uses;               /* launches whose use shared their stream's next such event */
   uint64_t fetches_put_off;         /* prefetches that found no room within device_budget yet (not in fetches_failed): tried again later */
+  uint64_t chunks_handed_over;      /* fetches given a freed allocation's memory in stream order (no host wait for its last uses) */
+  uint64_t prefetches_by_launchers; /* of planned_prefetches, those the application's launching threads carried out */
 } tierrt_stats;
 
 /* "0.1.0" */

@@ -231,6 +231,33 @@ TEST_F(VmmTest, MemoryMappedAgainAtItsVaKeepsItsBytes) {
   EXPECT_CU(h.release());
 }
 
+// One handle mapped at two addresses at once: both reach the same memory,
+// and unmapping one leaves the other. tierrt hands a freed block's chunk to
+// a fetch this way (mapped at the fetched block's VA before the freed one's
+// is unmapped). cuMemRelease and cuMemUnmap free the memory at its last
+// mapping, so a handle may have several.
+TEST_F(VmmTest, OneHandleMappedAtTwoAddressesIsTheSameMemory) {
+  const size_t size = 2 * gran_;
+  Reservation a(size, gran_), b(size, gran_);
+  ASSERT_CU(a.status());
+  ASSERT_CU(b.status());
+  Physical h(size, dev_prop_);
+  ASSERT_CU(h.status());
+  ASSERT_CU(map_rw(a.va(), size, h));
+  ASSERT_CU(map_rw(b.va(), size, h));
+  const size_t words = size / 4;
+  ASSERT_CU(contract::fill_u32(kernels(), nullptr, a.va(), 41u, words));
+  ASSERT_CU(contract::add_one_u32(kernels(), nullptr, b.va(), words));
+  ASSERT_CU(cuCtxSynchronize());
+  expect_words(a.va(), std::vector<uint32_t>(words, 42u));
+  ASSERT_CU(cuMemUnmap(a.va(), size));
+  ASSERT_CU(h.release());
+  ASSERT_CU(contract::add_one_u32(kernels(), nullptr, b.va(), words));
+  ASSERT_CU(cuCtxSynchronize());
+  expect_words(b.va(), std::vector<uint32_t>(words, 43u));
+  ASSERT_CU(cuMemUnmap(b.va(), size));
+}
+
 TEST_F(VmmTest, HandleMayBeReleasedWhileMapped) {
   const size_t size = gran_;
   Reservation r(size, gran_);

@@ -84,6 +84,9 @@ struct Stats {
   std::uint64_t spills = 0, spills_done = 0, spills_aborted = 0, spills_failed = 0, spills_refused_host_full = 0;
   std::uint64_t fetches_started = 0, demand_fetches_started = 0;
   std::uint64_t fetches = 0, demand_fetches = 0, fetches_failed = 0, fetches_put_off = 0;
+  // Fetches whose device memory was a freed block's, taken in stream order
+  // (the copy waited on the device for its last uses, the host for nothing).
+  std::uint64_t chunks_handed_over = 0;
   std::uint64_t over_budget = 0;  // device claims that passed the budget (the device had room)
   std::uint64_t bytes_spilled = 0, bytes_fetched = 0;
   std::uint64_t rescues = 0, trimmed_bytes = 0;

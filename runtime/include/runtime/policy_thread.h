@@ -9,7 +9,12 @@
 // 50 us rather than being woken per launch), so it acts on a launch's
 // triggers as soon as it takes the launch from the ring (spills of blocks the
 // launch used last, prefetches for it and for the launch after it) and only
-// holds the launch back from the policy until its duration is known. A prefetch
+// holds the launch back from the policy until its duration is known. An
+// application that enqueues faster than the thread takes its launches (a
+// backward pass, far ahead of the device) would reach a launch before its
+// prefetch went out: so the thread also arms the prefetches of the launches
+// after the next one (armed_prefetches.h), and the launching thread that gets
+// to one first carries it out after its own launch (run_due). A prefetch
 // may still arrive late: the launch then waits on it (or fetches on demand),
 // correct either way, and the mover's report of it moves the prefetch earlier
 // in the next step's plan.
@@ -30,6 +35,7 @@
 #include "allocator/ranked_mutex.h"
 #include "runtime/lock_rank.h"
 #include "allocator/allocator.h"
+#include "runtime/armed_prefetches.h"
 #include "runtime/device_clock.h"
 #include "policies/event.hpp"
 #include "policies/lifetime_class.hpp"
@@ -67,7 +73,14 @@ class PolicyThread {
   void post_demand_fetch(policy::BlockId block) noexcept;
   void post_late_fetch(policy::BlockId block, std::uint64_t late_ns) noexcept;
 
+  // After launch `seq` went out (not on a capturing stream), on the
+  // launching thread: the prefetches armed for it (armed_prefetches.h).
+  // One load when none is due.
+  void run_due(std::uint64_t seq) noexcept;
+
   std::uint64_t dropped() const noexcept { return dropped_.load(); }
+  // Of prefetches_issued(), those a launching thread carried out.
+  std::uint64_t prefetches_by_launchers() const noexcept { return prefetches_by_launchers_.load(); }
   std::uint64_t prefetches_issued() const noexcept { return prefetches_.load(); }
   std::uint64_t spills_issued() const noexcept { return spills_.load(); }
   // Demand fetches the mover reported of blocks of the step they arrived in.
@@ -136,6 +149,10 @@ class PolicyThread {
   // How late the thread may learn of a launch: small against the kernels a
   // training step is made of, and a few thousand wake-ups a second at most.
   static constexpr std::uint64_t kPollNs = 50'000;
+  // How many launches ahead prefetches are armed for the launching threads,
+  // and how many launches an armed one outlives its due launch.
+  static constexpr std::uint32_t kArmAhead = 16;
+  static constexpr std::uint64_t kArmedGrace = 4;
   // With nothing taken for this long (and no device-clock reading pending)
   // the thread stops polling and naps until a post wakes it: an idle job
   // costs nothing, and the wake-up (a futex call) is paid once per idle spell,
@@ -152,12 +169,16 @@ class PolicyThread {
   void report_late_fetch(const LateFetch& r);
   void hold_launch(const policy::Event& launch, std::uint64_t ns);
   void release_held_launch(std::uint64_t ns);  // into the policy, with its duration
-  void act_on_launch();
+  void act_on_launch(std::uint64_t seq);
   void read_clock();  // device durations of the launches between samples that completed
   void publish();
   void tag(const policy::Event& e);  // what the policy learned, for the allocator's per-class stats
   alloc::Block* block_for(const policy::Trigger& t) const;
   void act(std::span<const policy::Trigger> triggers, policy::Action action);
+  void arm_ahead(std::uint64_t seq);
+  static bool off_device(alloc::State st) noexcept {
+    return st == alloc::State::Spilled || st == alloc::State::Spilling;
+  }
   bool carry_out(const policy::Trigger& t);
   void retry_deferred();
 
@@ -181,7 +202,8 @@ class PolicyThread {
   RankedMutex mu_{kRankPolicyWake, "runtime.policy_wake"};
   std::condition_variable_any cv_;
   std::atomic<std::uint64_t> dropped_{0}, prefetches_{0}, spills_{0};
-  std::atomic<std::uint64_t> demand_reports_{0};
+  std::atomic<std::uint64_t> demand_reports_{0}, prefetches_by_launchers_{0};
+  ArmedPrefetches armed_;
   std::atomic<std::uint64_t> mispredictions_{0}, steps_learned_{0};
   std::uint64_t steps_turned_ = 0;  // steps_completed() when the granule boundaries last turned
   mutable RankedMutex learned_mu_{kRankLearnedStep, "runtime.learned_step"};
