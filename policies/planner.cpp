@@ -48,6 +48,22 @@ Trigger trigger_for(const StepTimeline& tl, std::uint32_t b, std::uint32_t op, A
   return {op, action, tl.name_of(b), release_after, r.predates_step() ? r.id : 0};
 }
 
+// A Refetch for each block, each placed as its prefetch would be: the H2D
+// engine serves them in order of the use they come back for.
+std::vector<Trigger> refetches(const StepTimeline& tl, std::vector<SpilledBlock> blocks,
+                               const std::vector<double>& start, const LinkModel& link, const PrefetchLeads& leads,
+                               std::uint64_t budget) {
+  std::stable_sort(blocks.begin(), blocks.end(), [](const SpilledBlock& a, const SpilledBlock& b) {
+    return a.gap.first_after < b.gap.first_after;
+  });
+  const auto at = place_prefetches(tl, blocks, start, link, leads, budget, MemoryFloor::None);
+  std::vector<Trigger> t;
+  t.reserve(blocks.size());
+  for (std::size_t k = 0; k < blocks.size(); ++k)
+    t.push_back(trigger_for(tl, blocks[k].block, at[k], Action::Refetch, 0));
+  return t;
+}
+
 // A granule-group member allocated in the step holds no memory until its
 // group is first named, and starts on the host where the device has no room
 // then (XLA's temporary allocation is larger than the budget); a pool's
@@ -64,15 +80,26 @@ std::vector<Trigger> first_use_refetches(const StepTimeline& tl, const std::vect
     if (first <= r.alloc_op + 1) continue;  // no launch in between to bring it back at
     lazy.push_back({b, static_cast<double>(r.bytes), IdleGap{r.alloc_op, first, start[first] - start[r.alloc_op]}, 0});
   }
-  // The H2D engine serves them in order of first use.
-  std::stable_sort(lazy.begin(), lazy.end(), [](const SpilledBlock& a, const SpilledBlock& b) {
-    return a.gap.first_after < b.gap.first_after;
-  });
-  const auto at = place_prefetches(tl, lazy, start, link, leads, budget, MemoryFloor::None);
-  std::vector<Trigger> t;
-  t.reserve(lazy.size());
-  for (std::size_t k = 0; k < lazy.size(); ++k) t.push_back(trigger_for(tl, lazy[k].block, at[k], Action::Refetch, 0));
-  return t;
+  return refetches(tl, std::move(lazy), start, link, leads, budget);
+}
+
+// The plan is made on the device's timeline, but the application allocates
+// on the host's, ahead of the device: an allocation may find memory the
+// model had freed still held by a spill in flight, and the allocator's
+// rescue then spills the coldest idle block, one the plan keeps. Without a
+// trigger of the plan's, that block's next use would fetch it on demand. A
+// Refetch for each candidate the plan keeps, placed as its prefetch would
+// be, brings it back ahead of that use if it is away then, and does
+// nothing otherwise (the step model never spills it: the modeled plan is
+// unchanged).
+std::vector<Trigger> unplanned_spill_refetches(const StepTimeline& tl, const std::vector<Candidate>& cands,
+                                               const std::vector<double>& start, const LinkModel& link,
+                                               const PrefetchLeads& leads, std::uint64_t budget) {
+  std::vector<SpilledBlock> kept;
+  for (const Candidate& c : cands)
+    if (!c.chosen && !c.tail && c.gap.first_after < tl.ops.size())
+      kept.push_back({c.block, c.bytes, c.gap, 0});
+  return refetches(tl, std::move(kept), start, link, leads, budget);
 }
 
 TriggerTable make_triggers(const StepTimeline& tl, const std::vector<Candidate>& cands, const std::vector<double>& start,
@@ -97,6 +124,7 @@ TriggerTable make_triggers(const StepTimeline& tl, const std::vector<Candidate>&
   for (std::size_t k = 0; k < spilled.size(); ++k)
     t.push_back(trigger_for(tl, spilled[k].block, at[k], Action::Prefetch, 0));
   for (const Trigger& r : first_use_refetches(tl, start, link, leads, budget)) t.push_back(r);
+  for (const Trigger& r : unplanned_spill_refetches(tl, cands, start, link, leads, budget)) t.push_back(r);
   return TriggerTable(std::move(t), static_cast<std::uint32_t>(tl.ops.size()));
 }
 
