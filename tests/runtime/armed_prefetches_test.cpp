@@ -26,8 +26,11 @@ TEST(ArmedPrefetches, AreDueAfterTheirLaunchAndTakenOnce) {
   ArmedPrefetches a;
   alloc::Block b;
   b.va = 0x1000;
+  EXPECT_FALSE(a.due(0)) << "nothing armed: every launch's check says so";
   ASSERT_TRUE(a.arm(&b, 10));
   a.publish();
+  EXPECT_FALSE(a.due(9));
+  EXPECT_TRUE(a.due(10));
   Taken t;
   a.run_due(9, t.fn());
   EXPECT_TRUE(t.blocks.empty()) << "not before launch 10 went out";
@@ -37,6 +40,8 @@ TEST(ArmedPrefetches, AreDueAfterTheirLaunchAndTakenOnce) {
   a.run_due(11, t.fn());
   EXPECT_EQ(t.blocks.size(), 1u) << "taken once";
   EXPECT_EQ(a.armed(), 0u);
+  a.publish();
+  EXPECT_FALSE(a.due(100));
 }
 
 TEST(ArmedPrefetches, ABlockArmedTwiceIsArmedOnce) {

@@ -34,9 +34,12 @@ class ArmedPrefetches {
   // prefetch due by then with `prefetch(Block*)`, unless another thread
   // took it first. A block freed and reused since it was armed (another
   // VA) is left alone.
+  // Whether some prefetch may be due after launch `seq`.
+  bool due(std::uint64_t seq) const noexcept { return seq >= next_due_.load(std::memory_order_acquire); }
+
   template <class F>
   void run_due(std::uint64_t seq, F&& prefetch) noexcept {
-    if (seq < next_due_.load(std::memory_order_acquire)) return;
+    if (!due(seq)) return;
     for (Slot& s : slots_) {
       alloc::Block* b = s.block.load(std::memory_order_acquire);
       if (b == nullptr || s.at.load(std::memory_order_relaxed) > seq) continue;

@@ -75,7 +75,7 @@ class PolicyThread {
 
   // After launch `seq` went out (not on a capturing stream), on the
   // launching thread: the prefetches armed for it (armed_prefetches.h).
-  // One load when none is due.
+  bool prefetch_due(std::uint64_t seq) const noexcept { return armed_.due(seq); }  // one load
   void run_due(std::uint64_t seq) noexcept;
 
   std::uint64_t dropped() const noexcept { return dropped_.load(); }
