@@ -92,8 +92,10 @@ LinkSchedule schedule_copies(const StepTimeline& tl, const TriggerTable& trigger
   };
   // Per block, the launches its prefetches are issued at (the table is sorted by launch).
   std::vector<std::vector<std::uint32_t>> prefetch_ops(tl.blocks.size());
-  for (const Trigger& tr : triggers.all())
-    if (tr.action == Action::Prefetch && block_of(tr) != kNever) prefetch_ops[block_of(tr)].push_back(tr.op);
+  for (const Trigger& tr : triggers.all()) {
+    if (tr.action != Action::Prefetch) continue;
+    if (const std::uint32_t b = block_of(tr); b != kNever) prefetch_ops[b].push_back(tr.op);
+  }
 
   for (const Trigger& tr : triggers.all()) {
     const std::uint32_t b = block_of(tr);

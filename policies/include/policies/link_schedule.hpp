@@ -19,7 +19,7 @@
 namespace tierrt::policy {
 
 struct ScheduledCopy {
-  std::uint32_t ordinal = 0;  // the block, by allocation order within the step
+  std::uint32_t ordinal = 0;  // the block, as its trigger names it (StepTimeline::name_of)
   double bytes = 0;
   double ready_ns = 0;  // queued: a spill when its launch ends, a prefetch when its launch is issued
   double start_ns = 0, end_ns = 0;
