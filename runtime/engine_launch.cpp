@@ -245,8 +245,11 @@ void Engine::note_launch(const BlockList& blocks, CUstream key, bool capturing) 
     // Under capture, timing the launch would put the clock's event into the graph.
     policy_->post_launch(seq, sid, key, !capturing, named);
     // Prefetches armed for this launch go out from this thread, where the
-    // engine's context is current (the mover's streams are its own).
-    if (!capturing && policy_->prefetch_due(seq) && (count() == 1 || on_engine_context())) policy_->run_due(seq);
+    // engine's context is current (the mover's streams are its own), and
+    // while no capture is open: one in thread-local mode on this thread
+    // would refuse the fetch's map calls (the policy thread tries them).
+    if (policy_->prefetch_due(seq) && !captures_.any_active() && (count() == 1 || on_engine_context()))
+      policy_->run_due(seq);
   }
   // Residency over time, every 256 launches: enough to draw, cheap to keep.
   if ((seq & 255) == 0) sample(SampleKind::Launches, sid, 0);
