@@ -246,8 +246,9 @@ void Engine::note_launch(const BlockList& blocks, CUstream key, bool capturing) 
     policy_->post_launch(seq, sid, key, !capturing, named);
     // Prefetches armed for this launch go out from this thread, where the
     // engine's context is current (the mover's streams are its own), and
-    // while no capture is open: one in thread-local mode on this thread
-    // would refuse the fetch's map calls (the policy thread tries them).
+    // while no capture is open: a fetch's host waits fall back to calls a
+    // capture of this thread's prohibits (cuCtxSynchronize), which would
+    // invalidate it (the policy thread tries them instead).
     if (policy_->prefetch_due(seq) && !captures_.any_active() && (count() == 1 || on_engine_context()))
       policy_->run_due(seq);
   }

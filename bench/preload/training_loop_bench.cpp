@@ -279,8 +279,10 @@ void print_table(std::uint32_t kernel_us) {
     if (!r || !r->count("tiered")) continue;
     std::printf("%s: %.0f MiB peak without tiering; %.0f prefetches late", v, r->at("untiered") / kMiB, r->at("late"));
     if (r->at("planned_spills") + r->at("planned_prefetches") > 0)
-      std::printf("; planner started %.0f spills, %.0f prefetches", r->at("planned_spills"),
-                  r->at("planned_prefetches"));
+      std::printf("; planner started %.0f spills, %.0f prefetches (%.0f by the launching thread)",
+                  r->at("planned_spills"), r->at("planned_prefetches"), r->at("by_launchers"));
+    if (r->at("handed_over") > 0)
+      std::printf("; %.0f fetches took freed memory in stream order", r->at("handed_over"));
     std::printf("; copies measured %.2f GB/s out, %.2f GB/s in\n", r->at("d2h") / 1e9, r->at("h2d") / 1e9);
     std::printf("  after %u warm-up steps: demand fetches %.0f of %.0f (%.1f%%; %.0f made their stream wait)",
                 kWarmupSteps, r->at("steady_demand"), r->at("steady_fetches"), 100.0 * demand_share(*r),

@@ -256,9 +256,10 @@ int run_worker(const Args& args) {
   using ull = unsigned long long;
   if (tiered)
     std::printf(" tiered=1 untiered=%llu spills=%llu fetches=%llu demand=%llu late=%llu"
-                " planned_spills=%llu planned_prefetches=%llu d2h=%llu h2d=%llu",
+                " planned_spills=%llu planned_prefetches=%llu by_launchers=%llu handed_over=%llu d2h=%llu h2d=%llu",
                 ull{st.peak_bytes_untiered}, ull{st.spills}, ull{st.fetches}, ull{st.demand_fetches},
-                ull{st.late_fetches}, ull{st.planned_spills}, ull{st.planned_prefetches}, ull{st.d2h_bytes_per_s},
+                ull{st.late_fetches}, ull{st.planned_spills}, ull{st.planned_prefetches},
+                ull{st.prefetches_by_launchers}, ull{st.chunks_handed_over}, ull{st.d2h_bytes_per_s},
                 ull{st.h2d_bytes_per_s});
   if (tiered)  // after the warm-up steps
     std::printf(" steady_fetches=%llu steady_demand=%llu steady_demand_waited=%llu steady_prefetches=%llu steady_late=%llu",
