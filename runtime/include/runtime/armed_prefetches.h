@@ -28,7 +28,7 @@ namespace tierrt {
 
 class ArmedPrefetches {
  public:
-  static constexpr std::size_t kSlots = 32;
+  static constexpr std::size_t kSlots = 64;
 
   // The launching thread, after launch `seq` went out: carries out each
   // prefetch due by then with `prefetch(Block*)`, unless another thread
