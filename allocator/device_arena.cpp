@@ -100,7 +100,7 @@ bool DeviceArena::reserve(std::uint64_t bytes, const Claimant& who) noexcept {
   return true;
 }
 
-CUresult DeviceArena::create_chunk(std::size_t bytes, Handle* out, const Claimant& who) noexcept {
+CUresult DeviceArena::create_chunk(std::size_t bytes, Handle* out, const Claimant& who, bool rescue) noexcept {
   for (;;) {
     const bool exportable = exportable_.load(std::memory_order_relaxed);
     const CUmemAllocationProp prop = device_chunk_prop(dev_, exportable);
@@ -112,7 +112,8 @@ CUresult DeviceArena::create_chunk(std::size_t bytes, Handle* out, const Claiman
       continue;
     }
     // The driver is out of memory although the budget was not: free some.
-    if (r != CUDA_ERROR_OUT_OF_MEMORY || reclaimer_ == nullptr || !reclaimer_->make_room(bytes, who)) return r;
+    if (r != CUDA_ERROR_OUT_OF_MEMORY || !rescue || reclaimer_ == nullptr || !reclaimer_->make_room(bytes, who))
+      return r;
   }
 }
 
@@ -129,10 +130,7 @@ CUresult DeviceArena::obtain_chunk(std::size_t bytes, Handle* out, const Claiman
 bool DeviceArena::obtain_chunk_at_once(std::size_t bytes, Handle* out) noexcept {
   if (spares_.take(bytes, out)) return true;
   if (!budget_.try_reserve(bytes)) return false;
-  const CUmemAllocationProp prop = device_chunk_prop(dev_, exportable_.load(std::memory_order_relaxed));
-  if (TIERRT_CU(cuMemCreate, out, bytes, &prop, 0ull) == CUDA_SUCCESS) return true;
-  // Refused (out of memory, or an exportable chunk refused): obtain_chunk
-  // knows what to do about either.
+  if (create_chunk(bytes, out, Claimant{}, /*rescue=*/false) == CUDA_SUCCESS) return true;
   budget_.release(bytes);
   return false;
 }

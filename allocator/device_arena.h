@@ -125,7 +125,9 @@ class DeviceArena {
 
  private:
   bool reserve(std::uint64_t bytes, const Claimant& who) noexcept;
-  CUresult create_chunk(std::size_t bytes, Handle* out, const Claimant& who) noexcept;
+  // `rescue`: the driver's out-of-memory has the reclaimer make room, then
+  // the chunk is asked for again.
+  CUresult create_chunk(std::size_t bytes, Handle* out, const Claimant& who, bool rescue = true) noexcept;
 
   CUcontext ctx_ = nullptr;
   CUdevice dev_ = 0;

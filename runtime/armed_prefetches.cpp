@@ -4,7 +4,7 @@
 
 namespace tierrt {
 
-bool ArmedPrefetches::arm(alloc::Block* b, std::uint64_t at) noexcept {
+bool ArmedPrefetches::arm(alloc::Block* b, CUdeviceptr va, std::uint64_t at) noexcept {
   Slot* free_slot = nullptr;
   for (Slot& s : slots_) {
     alloc::Block* armed = s.block.load(std::memory_order_acquire);
@@ -14,7 +14,7 @@ bool ArmedPrefetches::arm(alloc::Block* b, std::uint64_t at) noexcept {
   if (free_slot == nullptr) return false;
   // Nobody reads a slot's fields before its block is there (release).
   free_slot->at.store(at, std::memory_order_relaxed);
-  free_slot->va.store(b->va, std::memory_order_relaxed);
+  free_slot->va.store(va, std::memory_order_relaxed);
   free_slot->block.store(b, std::memory_order_release);
   return true;
 }

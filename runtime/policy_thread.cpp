@@ -272,14 +272,16 @@ void PolicyThread::arm_ahead(std::uint64_t seq) {
   for (std::uint32_t i = 2; i <= kArmAhead; ++i)
     for (const policy::Trigger& t : policy_->triggers_ahead(i)) {
       if (t.action != policy::Action::Prefetch && t.action != policy::Action::Refetch) continue;
-      alloc::Block* b = block_for(t);
-      if (b != nullptr && off_device(b->st())) armed_.arm(b, seq + i - 1);
+      const auto id = id_for(t);
+      alloc::Block* b = id ? allocator_.block_starting_at(*id) : nullptr;
+      if (b != nullptr && off_device(b->st())) armed_.arm(b, *id, seq + i - 1);
     }
   armed_.publish();
 }
 
 void PolicyThread::run_due(std::uint64_t seq) noexcept {
-  armed_.run_due(seq, [&](alloc::Block* b) {
+  const auto still_at = [&](alloc::Block* b, CUdeviceptr va) { return allocator_.block_starting_at(va) == b; };
+  armed_.run_due(seq, still_at, [&](alloc::Block* b) {
     if (!off_device(b->st())) return;
     if (allocator_.prefetch(b, nullptr) != CUDA_SUCCESS) return;  // no room: the plan's own try comes later
     prefetches_.fetch_add(1, std::memory_order_relaxed);
@@ -354,11 +356,14 @@ PolicyThread::LearnedStep PolicyThread::learned_step() const {
   return learned_;
 }
 
+std::optional<policy::BlockId> PolicyThread::id_for(const policy::Trigger& t) const {
+  if (t.block != 0) return t.block;  // from before the step
+  return policy_->block_of(t.ordinal);
+}
+
 alloc::Block* PolicyThread::block_for(const policy::Trigger& t) const {
-  if (t.block != 0) return allocator_.block_starting_at(t.block);  // from before the step
-  auto id = policy_->block_of(t.ordinal);
-  if (!id) return nullptr;
-  return allocator_.block_starting_at(*id);
+  const auto id = id_for(t);
+  return id ? allocator_.block_starting_at(*id) : nullptr;
 }
 
 // A spill waits (in the allocator) for the block's recorded uses on the device;

@@ -30,28 +30,29 @@ class ArmedPrefetches {
  public:
   static constexpr std::size_t kSlots = 64;
 
-  // The launching thread, after launch `seq` went out: carries out each
-  // prefetch due by then with `prefetch(Block*)`, unless another thread
-  // took it first. A block freed and reused since it was armed (another
-  // VA) is left alone.
   // Whether some prefetch may be due after launch `seq`.
   bool due(std::uint64_t seq) const noexcept { return seq >= next_due_.load(std::memory_order_acquire); }
 
-  template <class F>
-  void run_due(std::uint64_t seq, F&& prefetch) noexcept {
+  // The launching thread, after launch `seq` went out: carries out each
+  // prefetch due by then with `prefetch(Block*)`, unless another thread
+  // took it first. A block freed and reused since it was armed is left
+  // alone: `still_at(Block*, va)` says whether the block is still the one
+  // at the VA it was armed with (Block::va changes under alloc.blocks).
+  template <class At, class F>
+  void run_due(std::uint64_t seq, At&& still_at, F&& prefetch) noexcept {
     if (!due(seq)) return;
     for (Slot& s : slots_) {
       alloc::Block* b = s.block.load(std::memory_order_acquire);
       if (b == nullptr || s.at.load(std::memory_order_relaxed) > seq) continue;
       const CUdeviceptr va = s.va.load(std::memory_order_relaxed);
       if (!s.block.compare_exchange_strong(b, nullptr, std::memory_order_acq_rel)) continue;
-      if (b->va == va) prefetch(b);
+      if (still_at(b, va)) prefetch(b);
     }
   }
 
-  // The producer. Arms a prefetch of `b` due after launch `at`; false when
-  // it is armed already or every slot is taken.
-  bool arm(alloc::Block* b, std::uint64_t at) noexcept;
+  // The producer. Arms a prefetch of `b`, the block at `va`, due after
+  // launch `at`; false when it is armed already or every slot is taken.
+  bool arm(alloc::Block* b, CUdeviceptr va, std::uint64_t at) noexcept;
   // Disarms what launches up to `seq` passed without taking (they went out
   // on capturing streams, or their thread launches no more).
   void disarm_passed(std::uint64_t seq) noexcept;

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <variant>
@@ -73,8 +74,9 @@ class PolicyThread {
   void post_demand_fetch(policy::BlockId block) noexcept;
   void post_late_fetch(policy::BlockId block, std::uint64_t late_ns) noexcept;
 
-  // After launch `seq` went out (not on a capturing stream), on the
-  // launching thread: the prefetches armed for it (armed_prefetches.h).
+  // After launch `seq` went out, on the launching thread, while no capture
+  // is open (Engine::note_launch): the prefetches armed for it
+  // (armed_prefetches.h).
   bool prefetch_due(std::uint64_t seq) const noexcept { return armed_.due(seq); }  // one load
   void run_due(std::uint64_t seq) noexcept;
 
@@ -176,6 +178,7 @@ class PolicyThread {
   void read_clock();  // device durations of the launches between samples that completed
   void publish();
   void tag(const policy::Event& e);  // what the policy learned, for the allocator's per-class stats
+  std::optional<policy::BlockId> id_for(const policy::Trigger& t) const;  // the address its block starts at
   alloc::Block* block_for(const policy::Trigger& t) const;
   void act(std::span<const policy::Trigger> triggers, policy::Action action);
   void arm_ahead(std::uint64_t seq);
