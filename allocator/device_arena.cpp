@@ -117,20 +117,26 @@ CUresult DeviceArena::create_chunk(std::size_t bytes, Handle* out, const Claiman
   }
 }
 
-CUresult DeviceArena::obtain_chunk(std::size_t bytes, Handle* out, const Claimant& who) noexcept {
+CUresult DeviceArena::obtain_chunk(std::size_t bytes, Handle* out, const Claimant& who, bool* created) noexcept {
+  if (created != nullptr) *created = false;
   // A spare holds its share of the budget already (and a rescue would
   // release it first).
   if (spares_.take(bytes, out)) return CUDA_SUCCESS;
   if (!reserve(bytes, who)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult r = create_chunk(bytes, out, who);
   if (r != CUDA_SUCCESS) budget_.release(bytes);
+  else if (created != nullptr) *created = true;
   return r;
 }
 
-bool DeviceArena::obtain_chunk_at_once(std::size_t bytes, Handle* out) noexcept {
+bool DeviceArena::obtain_chunk_at_once(std::size_t bytes, Handle* out, bool* created) noexcept {
+  if (created != nullptr) *created = false;
   if (spares_.take(bytes, out)) return true;
   if (!budget_.try_reserve(bytes)) return false;
-  if (create_chunk(bytes, out, Claimant{}, /*rescue=*/false) == CUDA_SUCCESS) return true;
+  if (create_chunk(bytes, out, Claimant{}, /*rescue=*/false) == CUDA_SUCCESS) {
+    if (created != nullptr) *created = true;
+    return true;
+  }
   budget_.release(bytes);
   return false;
 }

@@ -90,11 +90,12 @@ class DeviceArena {
   void destroy_range(const DeviceRange& r) noexcept;
 
   // A chunk of `bytes` held against the budget: a spare of that size, or a
-  // new one (the reclaimer makes room when it does not fit).
-  CUresult obtain_chunk(std::size_t bytes, Handle* out, const Claimant& who) noexcept;
+  // new one (the reclaimer makes room when it does not fit). `created`, when
+  // given, says which: true for a new one (a cuMemCreate call).
+  CUresult obtain_chunk(std::size_t bytes, Handle* out, const Claimant& who, bool* created = nullptr) noexcept;
   // The same without a rescue or passing the budget: a spare, or a new
   // chunk where the budget and the driver have room now. False otherwise.
-  bool obtain_chunk_at_once(std::size_t bytes, Handle* out) noexcept;
+  bool obtain_chunk_at_once(std::size_t bytes, Handle* out, bool* created = nullptr) noexcept;
   // A chunk nobody maps any more: kept as a spare, or released.
   void give_chunk(Handle h, std::size_t bytes) noexcept;
   // Returns a chunk to the driver and its bytes to the budget.

@@ -308,13 +308,18 @@ CUresult Mover::enqueue_fetch(Op* op, bool demand, std::span<Block* const> pinne
 
 CUresult Mover::obtain_fetch_chunk(Op* op, bool demand, std::span<Block* const> pinned) noexcept {
   const std::size_t bytes = op->b->mapped;
-  if (arena_.obtain_chunk_at_once(bytes, &op->dev)) return CUDA_SUCCESS;
+  bool created = false;
+  auto count = [&](CUresult r) {
+    if (r == CUDA_SUCCESS && created) fetch_chunks_created_.fetch_add(1, std::memory_order_relaxed);
+    return r;
+  };
+  if (arena_.obtain_chunk_at_once(bytes, &op->dev, &created)) return count(CUDA_SUCCESS);
   if (donors_ != nullptr && donors_->donate(bytes, h2d_, &op->dev, &op->donor)) {
     chunks_handed_over_.fetch_add(1, std::memory_order_relaxed);
     return CUDA_SUCCESS;
   }
   // Only a fetch a launch waits for may spill others or pass the budget.
-  return arena_.obtain_chunk(bytes, &op->dev, Claimant{demand, pinned, demand, true});
+  return count(arena_.obtain_chunk(bytes, &op->dev, Claimant{demand, pinned, demand, true}, &created));
 }
 
 void Mover::give_back_fetch_chunk(Op* op) noexcept {
@@ -578,6 +583,7 @@ void Mover::fill_stats(Stats* s) const noexcept {
   s->bytes_spilled = bytes_spilled_.load(std::memory_order_relaxed);
   s->bytes_fetched = bytes_fetched_.load(std::memory_order_relaxed);
   s->chunks_handed_over = chunks_handed_over_.load(std::memory_order_relaxed);
+  s->fetch_chunks_created = fetch_chunks_created_.load(std::memory_order_relaxed);
 }
 
 }  // namespace tierrt::alloc

@@ -176,6 +176,7 @@ class Mover {
   std::atomic<std::uint64_t> fetches_{0}, demand_fetches_{0}, fetches_failed_{0}, fetches_put_off_{0};
   std::atomic<std::uint64_t> bytes_spilled_{0}, bytes_fetched_{0};
   std::atomic<std::uint64_t> chunks_handed_over_{0};  // fetches given a freed block's chunk
+  std::atomic<std::uint64_t> fetch_chunks_created_{0};  // fetches given a new chunk (cuMemCreate)
 };
 
 }  // namespace tierrt::alloc

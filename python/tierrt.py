@@ -35,6 +35,7 @@ STATS_FIELDS = (
     "granule_groups", "granule_unused_bytes", "granule_fenced_moves", "granule_fence_waits",
     "granule_fence_wait_ns", "demand_fetches_waited", "demand_wait_ns", "use_events", "lazy_uses",
     "fetches_put_off", "chunks_handed_over", "prefetches_by_launchers",
+    "fetch_chunks_created",
 )
 
 

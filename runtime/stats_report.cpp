@@ -130,7 +130,8 @@ void write_text(FILE* f, const Report& r) {
                mib(t.bytes_fetched), ull(t.demand_fetches), ull(t.demand_fetches_waited), ms(t.demand_wait_ns),
                ull(t.fetches_put_off), ull(t.fetches_failed), mib(r.freed_spilled), mib(spilled_now));
   std::fprintf(f, "  freed memory reused     %10llu fetches took a freed allocation's memory, its last uses waited for "
-               "on the device\n", ull(t.chunks_handed_over));
+               "on the device; %llu needed new device memory (cuMemCreate)\n", ull(t.chunks_handed_over),
+               ull(t.fetch_chunks_created));
   const double rate = hit_rate(t.planned_prefetches, t.late_fetches);
   if (rate < 0)
     std::fprintf(f, "  prefetch hit rate              n/a (no prefetch planned)\n");
@@ -204,14 +205,15 @@ void write_json(FILE* f, const Report& r) {
   std::fprintf(f, "},\n");
   std::fprintf(f, "  \"moves\": {\"spills\": %llu, \"spills_aborted\": %llu, \"spills_failed\": %llu, "
                "\"bytes_spilled\": %llu, \"fetches\": %llu, \"demand_fetches\": %llu, \"fetches_failed\": %llu, "
-               "\"fetches_put_off\": %llu, \"chunks_handed_over\": %llu, \"prefetches_by_launchers\": %llu, "
+               "\"fetches_put_off\": %llu, \"chunks_handed_over\": %llu, \"fetch_chunks_created\": %llu, "
+               "\"prefetches_by_launchers\": %llu, "
                "\"demand_fetches_waited\": %llu, \"demand_wait_ns\": %llu, "
                "\"bytes_fetched\": %llu, \"bytes_freed_while_spilled\": %llu, \"bytes_spilled_now\": %llu, "
                "\"planned_prefetches\": %llu, \"late_prefetches\": %llu, \"prefetch_hit_rate\": %s, "
                "\"stall_ns\": %llu},\n",
                ull(s.spills_done), ull(t.spills_aborted), ull(t.spills_failed), ull(t.bytes_spilled), ull(t.fetches),
                ull(t.demand_fetches), ull(t.fetches_failed), ull(t.fetches_put_off), ull(t.chunks_handed_over),
-               ull(t.prefetches_by_launchers), ull(t.demand_fetches_waited),
+               ull(t.fetch_chunks_created), ull(t.prefetches_by_launchers), ull(t.demand_fetches_waited),
                ull(t.demand_wait_ns),
                ull(t.bytes_fetched), ull(r.freed_spilled),
                ull(s.bytes[static_cast<int>(alloc::State::Spilled)]), ull(t.planned_prefetches), ull(t.late_fetches),
@@ -294,6 +296,7 @@ void fill_public_stats(const Engine& e, tierrt_stats* out) noexcept {
   t.fetches_failed = s.fetches_failed;
   t.fetches_put_off = s.fetches_put_off;
   t.chunks_handed_over = s.chunks_handed_over;
+  t.fetch_chunks_created = s.fetch_chunks_created;
   t.over_budget = s.over_budget;
   t.tiering_stopped = s.tiering_stopped ? 1 : 0;
   t.host_placement = public_placement(s.host_placement);

@@ -111,6 +111,20 @@ void run_launches(benchmark::State& st, bool hooked, bool launch_too) {
 void BM_LaunchDirect(benchmark::State& st) { run_launches(st, false, true); }
 void BM_LaunchThroughHook(benchmark::State& st) { run_launches(st, true, true); }
 void BM_HookWorkOnly(benchmark::State& st) { run_launches(st, true, false); }
+bool as_weights(const struct Setup& s, void** params);
+// The hook's own work on blocks the policy found persistent (lazy use
+// events): what the launch path costs a training job's weights.
+void BM_HookWorkOnlyOnWeights(benchmark::State& st) {
+  CUdeviceptr ptrs[8];
+  void* params[8];
+  if (!fits(st, static_cast<size_t>(st.range(0)))) return;
+  launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
+  if (!as_weights(setup(), params)) {
+    st.SkipWithError("the policy did not find the blocks persistent (the reactive policy classifies nothing)");
+    return;
+  }
+  run_launches(st, true, false);
+}
 
 
 // Steps of launches naming the 8 blocks, marked, until the policy found
@@ -266,6 +280,7 @@ void BM_AllocFreeTierrt(benchmark::State& st) {
 BENCHMARK(BM_LaunchDirect)->Arg(100)->Arg(1000)->Arg(10000);
 BENCHMARK(BM_LaunchThroughHook)->Arg(100)->Arg(1000)->Arg(10000);
 BENCHMARK(BM_HookWorkOnly)->Arg(100)->Arg(1000)->Arg(10000);
+BENCHMARK(BM_HookWorkOnlyOnWeights)->Arg(100)->Arg(1000)->Arg(10000);
 // Not classified first: once found persistent, a block stays so.
 BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights"})->Args({100, 0})->Args({1000, 0})->Args({10000, 0})
     ->Iterations(200);

@@ -33,6 +33,10 @@
 //   prefetch_hit               tierrt: planned prefetches on time over
 //                              planned prefetches, after the warm-up steps
 //   spills, fetches            tierrt: moves in the run
+//   created_per_fetch          tierrt: fetches that needed new device memory
+//                              (cuMemCreate) over fetches, after the warm-up
+//                              steps (0 when every fetch reused a spare chunk
+//                              or a freed allocation's)
 //   d2h_GBps, h2d_GBps         tierrt: copy rates it measured
 // --benchmark_repetitions=5 gives medians of 5; a table of the medians
 // follows the benchmarks' output.
@@ -183,9 +187,9 @@ double median_over_runs(const std::string& variant, std::uint32_t kernel_us, con
   return median_of(v);
 }
 
-// After the warm-up steps: demand fetches over fetches, and planned
+// After the warm-up steps: those fetches `key` counts over fetches, and planned
 // prefetches on time over planned prefetches (-1: none planned).
-double demand_share(const Result& r, const char* key = "steady_demand") {
+double share_of_fetches(const Result& r, const char* key) {
   const double fetched = r.at("steady_fetches");
   return fetched > 0 ? r.at(key) / fetched : 0;
 }
@@ -218,8 +222,9 @@ void BM_TrainingLoop(benchmark::State& st, const char* variant) {
     if (!r.count("tiered")) continue;
     st.counters["spills"] = r.at("spills");
     st.counters["fetches"] = r.at("fetches");
-    st.counters["demand_share"] = demand_share(r);
-    st.counters["demand_waited_share"] = demand_share(r, "steady_demand_waited");
+    st.counters["demand_share"] = share_of_fetches(r, "steady_demand");
+    st.counters["demand_waited_share"] = share_of_fetches(r, "steady_demand_waited");
+    st.counters["created_per_fetch"] = share_of_fetches(r, "steady_created");
     if (prefetch_hit(r) >= 0) st.counters["prefetch_hit"] = prefetch_hit(r);
     st.counters["d2h_GBps"] = r.at("d2h") / 1e9;
     st.counters["h2d_GBps"] = r.at("h2d") / 1e9;
@@ -285,12 +290,12 @@ void print_table(std::uint32_t kernel_us) {
       std::printf("; %.0f fetches took freed memory in stream order", r->at("handed_over"));
     std::printf("; copies measured %.2f GB/s out, %.2f GB/s in\n", r->at("d2h") / 1e9, r->at("h2d") / 1e9);
     std::printf("  after %u warm-up steps: demand fetches %.0f of %.0f (%.1f%%; %.0f made their stream wait)",
-                kWarmupSteps, r->at("steady_demand"), r->at("steady_fetches"), 100.0 * demand_share(*r),
+                kWarmupSteps, r->at("steady_demand"), r->at("steady_fetches"), 100.0 * share_of_fetches(*r, "steady_demand"),
                 r->at("steady_demand_waited"));
     if (prefetch_hit(*r) >= 0)
       std::printf("; prefetch hit rate %.1f%% of %.0f planned prefetches", 100.0 * prefetch_hit(*r),
                   r->at("steady_prefetches"));
-    std::printf("\n");
+    std::printf("; %.0f fetches needed new device memory (cuMemCreate)\n", r->at("steady_created"));
     // Below the modeled link, copies were bound by the host (memcpy, page
     // faults), not by the link: a cost of the simulation as much as tierrt's.
     const double slowest = std::min(r->at("d2h"), r->at("h2d")) / 1e9;

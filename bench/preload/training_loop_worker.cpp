@@ -262,10 +262,12 @@ int run_worker(const Args& args) {
                 ull{st.prefetches_by_launchers}, ull{st.chunks_handed_over}, ull{st.d2h_bytes_per_s},
                 ull{st.h2d_bytes_per_s});
   if (tiered)  // after the warm-up steps
-    std::printf(" steady_fetches=%llu steady_demand=%llu steady_demand_waited=%llu steady_prefetches=%llu steady_late=%llu",
+    std::printf(" steady_fetches=%llu steady_demand=%llu steady_demand_waited=%llu steady_prefetches=%llu steady_late=%llu"
+                " steady_created=%llu",
                 ull{st.fetches - warm.fetches}, ull{st.demand_fetches - warm.demand_fetches},
                 ull{st.demand_fetches_waited - warm.demand_fetches_waited},
-                ull{st.planned_prefetches - warm.planned_prefetches}, ull{st.late_fetches - warm.late_fetches});
+                ull{st.planned_prefetches - warm.planned_prefetches}, ull{st.late_fetches - warm.late_fetches},
+                ull{st.fetch_chunks_created - warm.fetch_chunks_created});
   std::printf("\n");
   std::fflush(stdout);
   return 0;

@@ -91,6 +91,7 @@ typedef struct tierrt_stats {
   uint64_t fetches_put_off;         /* prefetches that found no room within device_budget yet (not in fetches_failed): tried again later */
   uint64_t chunks_handed_over;      /* fetches given a freed allocation's memory in stream order (no host wait for its last uses) */
   uint64_t prefetches_by_launchers; /* of planned_prefetches, those the application's launching threads carried out */
+  uint64_t fetch_chunks_created;    /* fetches given new device memory (cuMemCreate), not a spare or a freed allocation's */
 } tierrt_stats;
 
 /* "0.1.0" */

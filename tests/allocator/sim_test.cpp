@@ -374,7 +374,8 @@ TEST_P(Modes, AFetchTheStreamReachesAfterItEndedMadeNothingWait) {
 }
 
 // A spill leaves its device chunk as a spare; the next fetch of that size
-// maps it instead of creating one, and a rescue gives spares back first.
+// maps it instead of creating one (counted: fetch_chunks_created), and a
+// rescue gives spares back first.
 TEST_P(Modes, FetchReusesTheChunkASpillLeftAndTrimReleasesSpares) {
   auto a = make(GetParam());
   const std::size_t n = 16 * MiB;
@@ -390,6 +391,7 @@ TEST_P(Modes, FetchReusesTheChunkASpillLeftAndTrimReleasesSpares) {
   a->drain();
   drv::set_counting(false);
   EXPECT_EQ(drv::calls(drv::Id::cuMemCreate), 0u) << "the fetch created a chunk although a spare fitted";
+  EXPECT_EQ(a->stats().fetch_chunks_created, 0u);
   EXPECT_EQ(a->stats().spare_device_bytes, 0u);
   EXPECT_TRUE(back == expected(n, 9));
   ASSERT_EQ(a->spill(b), SpillResult::Started);
@@ -400,6 +402,7 @@ TEST_P(Modes, FetchReusesTheChunkASpillLeftAndTrimReleasesSpares) {
   EXPECT_EQ(simdev_device_bytes_in_use(), held - n);
   CU_OK(read(*a, b, &back));
   EXPECT_TRUE(back == expected(n, 9));
+  EXPECT_EQ(a->stats().fetch_chunks_created, 1u) << "no spare was left: the fetch needed a new chunk";
   CU_OK(a->free(b->va, nullptr));
 }
 

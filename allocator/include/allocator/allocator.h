@@ -87,6 +87,9 @@ struct Stats {
   // Fetches whose device memory was a freed block's, taken in stream order
   // (the copy waited on the device for its last uses, the host for nothing).
   std::uint64_t chunks_handed_over = 0;
+  // Fetches whose device memory was a new chunk (a cuMemCreate call): neither
+  // a spare a spill left nor a freed block's. In a steady state, none.
+  std::uint64_t fetch_chunks_created = 0;
   std::uint64_t over_budget = 0;  // device claims that passed the budget (the device had room)
   std::uint64_t bytes_spilled = 0, bytes_fetched = 0;
   std::uint64_t rescues = 0, trimmed_bytes = 0;
