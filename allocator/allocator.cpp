@@ -362,7 +362,7 @@ Stats Allocator::stats() const noexcept {
   s.driver_allocs = p_->blocks_made.load(std::memory_order_relaxed) + p_->slabs.slabs_made();
   s.trimmed_bytes = p_->trimmed.load(std::memory_order_relaxed);
   s.tiering_stopped = p_->mover->tiering_stopped() != nullptr;
-  p_->uses.counts(&s.use_events, &s.lazy_uses);
+  p_->uses.counts(&s.use_events, &s.lazy_uses, &s.lazy_uses_unlocked);
   {
     auto l = p_->blocks.lock();
     s.groups = p_->live_groups;

@@ -1,4 +1,5 @@
 #include "block_states.h"
+#include "launch_announcements.h"
 
 #include <cassert>
 #include <optional>
@@ -267,6 +268,8 @@ void BlockStates::pins_released() noexcept {
 }
 
 bool BlockStates::pinned_by_running_thread_locked(const Block* b) const noexcept {
+  // An announced launch is enqueuing, never waiting (it takes pins first).
+  if (LaunchAnnouncements::announced(b)) return true;
   const std::uint32_t pins = b->pins.load(std::memory_order_seq_cst);
   std::uint32_t waiting = 0;
   for (const PinHolder& h : holders_)

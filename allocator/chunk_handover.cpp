@@ -9,6 +9,7 @@
 // on the device for the freed block's uses, and once the copy completed,
 // which implies those uses did, the freed block's VA goes. The chunk never
 // leaves the budget, and nothing waits on the host.
+#include "launch_announcements.h"
 #include "parts.h"
 
 namespace tierrt::alloc {
@@ -20,14 +21,13 @@ bool Allocator::Parts::donate(std::size_t bytes, CUstream waiter, CUmemGenericAl
   Block* d = nullptr;
   {
     auto l = blocks.lock();
-    // A launch that pinned it before it was freed may still be enqueuing
+    // A launch that pinned (or announced) it before it was freed may still be enqueuing
     // and record its use after this: such a block is passed over. Freed,
     // it takes no new pin. One freed inside a capture waits for its graph.
     d = blocks.take_donor(
         bytes,
         [](const Block* c) {
-          return c->ops_pending == 0 && c->ready.load() == nullptr && !c->captured &&
-                 c->pins.load(std::memory_order_seq_cst) == 0;
+          return c->ops_pending == 0 && c->ready.load() == nullptr && !c->captured && !held_by_launch(c);
         },
         l);
     if (d == nullptr) return false;

@@ -1,4 +1,5 @@
 #include "mover.h"
+#include "launch_announcements.h"
 
 #include <cassert>
 #include <chrono>
@@ -145,9 +146,10 @@ SpillResult Mover::claim_for_spill(Op* op, UseSlot* uses, int* nuses) noexcept {
     blocks_.note_host_full(l);
     return SpillResult::HostFull;
   }
-  // Against ensure_resident's fast path: publish SPILLING, then look at pins.
+  // Against ensure_resident's fast path: publish SPILLING, then look at pins
+  // and at the launches announced (launch_announcements.h).
   blocks_.set_state(b, State::Spilling, l);
-  if (b->pins.load(std::memory_order_seq_cst) != 0) {
+  if (held_by_launch(b)) {
     blocks_.set_state(b, State::Resident, l);
     backing_.release(b, &op->host);
     return SpillResult::Busy;

@@ -10,6 +10,7 @@
 #include <optional>
 #include <vector>
 
+#include "launch_announcements.h"
 #include "parts.h"
 #include "driver/driver.h"
 
@@ -43,7 +44,7 @@ bool Allocator::Parts::spill_coldest(std::uint64_t bytes) noexcept {
     auto l = blocks.lock();
     blocks.for_each_resident(
         [&](Block* b) {
-          if (b->captured || b->user_pins != 0 || b->ops_pending != 0 || b->pins.load() != 0 ||
+          if (b->captured || b->user_pins != 0 || b->ops_pending != 0 || held_by_launch(b) ||
               b->ready.load() != nullptr)
             return;
           idle.push_back({b, b->last_use.load(std::memory_order_relaxed), b->mapped});
@@ -95,7 +96,7 @@ std::uint64_t Allocator::Parts::trim(std::uint64_t bytes) noexcept {
       // it now drops it.
       auto l = blocks.lock();
       idle = idle && b->ops_pending == 0 && b->ready.load() == nullptr &&
-             b->pins.load(std::memory_order_seq_cst) == 0 && uses.recorded(b) == 0;
+             !held_by_launch(b) && uses.recorded(b) == 0;
     }
     if (!idle) {
       kept.push_back(b);

@@ -1,5 +1,6 @@
 // Launch residency: what the runtime calls around every launch, copy and
 // memset (ensure_resident, enqueue, record_use, release), and user pins.
+#include "launch_announcements.h"
 #include "parts.h"
 #include "steady_clock.h"
 #include "driver/driver.h"
@@ -55,16 +56,49 @@ CUresult Allocator::ensure_resident(std::span<Block* const> blocks, CUstream str
   return groups ? p_->pin_groups(blocks, stream) : CUDA_SUCCESS;
 }
 
-void Allocator::release(std::span<Block* const> blocks) noexcept {
+CUresult Allocator::ensure_resident_briefly(std::span<Block* const> blocks, CUstream stream, bool* announced) noexcept {
+  *announced = false;
+  if (blocks.empty()) return CUDA_SUCCESS;  // nothing to announce (nor to release)
+  for (Block* b : blocks)
+    if (is_group_record(b)) return ensure_resident(blocks, stream);
+  if (!LaunchAnnouncements::begin(blocks)) return ensure_resident(blocks, stream);
+  // Announce, then look (pairs with a spill's claim: publish SPILLING, then
+  // look at pins and announcements). A slab's use record is pinned all the
+  // same: its slab's release looks at pins only.
+  std::size_t i = 0;
+  for (; i < blocks.size(); ++i) {
+    Block* b = blocks[i];
+    if (b->slab) b->pins.fetch_add(1, std::memory_order_seq_cst);
+    if (b->state.load(std::memory_order_seq_cst) != State::Resident ||
+        b->ready.load(std::memory_order_acquire) != nullptr) {
+      if (b->slab) b->pins.fetch_sub(1, std::memory_order_seq_cst);
+      break;
+    }
+  }
+  if (i == blocks.size()) {
+    *announced = true;
+    return CUDA_SUCCESS;
+  }
+  // One is not resident yet: the pinning path, which may wait (a fetch).
+  for (Block* b : blocks.first(i))
+    if (b->slab) b->pins.fetch_sub(1, std::memory_order_seq_cst);
+  LaunchAnnouncements::end();
+  p_->blocks.pins_released();
+  return ensure_resident(blocks, stream);
+}
+
+void Allocator::release(std::span<Block* const> blocks, bool announced) noexcept {
   for (Block* b : blocks) {
     note_enqueued(b);
-    b->pins.fetch_sub(1, std::memory_order_seq_cst);
+    if (!announced || b->slab) b->pins.fetch_sub(1, std::memory_order_seq_cst);
   }
+  if (announced) LaunchAnnouncements::end();
   p_->blocks.pins_released();
 }
 
-CUresult Allocator::record_use(std::span<Block* const> blocks, CUstream stream, bool capturing, bool lazy) noexcept {
-  if (!capturing) return p_->uses.record(blocks, stream, lazy);
+CUresult Allocator::record_use(std::span<Block* const> blocks, CUstream stream, bool capturing, bool lazy,
+                               std::uint64_t now_ns) noexcept {
+  if (!capturing) return p_->uses.record(blocks, stream, lazy, now_ns);
   auto l = p_->blocks.lock();
   for (Block* b : blocks) b->captured = true;
   return CUDA_SUCCESS;

@@ -21,16 +21,18 @@ CUresult UseTracker::start(std::uint64_t window_ns) noexcept {
   return TIERRT_CU(cuStreamCreate, &legacy_proxy_, 0u);
 }
 
-void UseTracker::counts(std::uint64_t* events, std::uint64_t* lazy) noexcept {
+void UseTracker::counts(std::uint64_t* events, std::uint64_t* lazy, std::uint64_t* unlocked) noexcept {
   {
     std::lock_guard<RankedMutex> g(mu_);
     *events = eager_records_;
   }
-  *lazy = 0;
+  *lazy = *unlocked = 0;
   for (OpenStream& st : open_) {
     std::lock_guard<RankedMutex> g(st.mu);
     *events += st.records;
-    *lazy += st.lazy_uses;
+    const std::uint64_t u = st.unlocked_uses.load(std::memory_order_relaxed);
+    *lazy += st.lazy_uses + u;
+    *unlocked += u;
   }
 }
 
@@ -108,12 +110,15 @@ std::size_t UseTracker::store_locked(std::span<Block* const> blocks, std::size_t
     Block* b = blocks[i];
     assert(b->nuses >= 0 && b->nuses <= kMaxUseSlots);
     const int slot = slot_of(b, s);
+    const bool open = e->phase.load(std::memory_order_relaxed) == UsePhase::Open;
     if (slot >= 0 && b->uses[slot].ev == e) {
       // The stream's open event again (lazy): recorded after this use too,
       // so the slot stands as it is (retire_completed still matches it).
       b->last_use.store(now, std::memory_order_relaxed);
+      b->lazy_open.store(open ? e : nullptr, std::memory_order_release);
       continue;
     }
+    b->lazy_open.store(open ? e : nullptr, std::memory_order_release);
     if (slot >= 0) {
       unref_locked(b->uses[slot].ev);
       b->uses[slot] = UseSlot{s, e, now};
@@ -133,10 +138,10 @@ std::size_t UseTracker::store_locked(std::span<Block* const> blocks, std::size_t
   return blocks.size();
 }
 
-CUresult UseTracker::record(std::span<Block* const> blocks, CUstream s, bool lazy) noexcept {
+CUresult UseTracker::record(std::span<Block* const> blocks, CUstream s, bool lazy, std::uint64_t now_ns) noexcept {
   if (!lazy || drv::is_per_thread_stream_key(s)) return record_now(blocks, s);
   // Null is the legacy stream, and an open-stream slot's "none".
-  return record_lazily(blocks, s == nullptr ? CU_STREAM_LEGACY : s);
+  return record_lazily(blocks, s == nullptr ? CU_STREAM_LEGACY : s, now_ns);
 }
 
 CUresult UseTracker::record_now(std::span<Block* const> blocks, CUstream s) noexcept {
@@ -179,7 +184,27 @@ CUresult UseTracker::record_now(std::span<Block* const> blocks, CUstream s) noex
   return waited;
 }
 
-CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s) noexcept {
+bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream s, std::uint64_t now_ns) noexcept {
+  OpenStream* st = open_stream(s);
+  if (st == nullptr) return false;
+  // The window passed: the locked way records the event.
+  if (now_ns - st->recorded_ns.load(std::memory_order_relaxed) >= window_ns_) return false;
+  // Read after the launch was enqueued: while the event is still open, its
+  // record comes after the launch (record_open_locked clears open_now first).
+  UseEvent* e = st->open_now.load(std::memory_order_seq_cst);
+  if (e == nullptr || st->key.load(std::memory_order_acquire) != s) return false;
+  for (const Block* b : blocks)
+    if (b->lazy_open.load(std::memory_order_acquire) != e) return false;
+  // The rescue's coldest-first order: as recent as the last recorded use.
+  const std::uint64_t now = clock_.load(std::memory_order_relaxed);
+  for (Block* b : blocks) b->last_use.store(now, std::memory_order_relaxed);
+  st->unlocked_uses.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
+CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s, std::uint64_t now_ns) noexcept {
+  if (now_ns == 0) now_ns = steady_ns();
+  if (record_lazily_unlocked(blocks, s, now_ns)) return CUDA_SUCCESS;
   OpenStream* st = open_stream(s);
   if (st == nullptr && (st = claim_open_stream(s)) == nullptr) return record_now(blocks, s);
   std::unique_lock<RankedMutex> g(st->mu);
@@ -196,6 +221,7 @@ CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s) n
     e->on = s;
     e->phase.store(UsePhase::Open, std::memory_order_release);
     st->open = e;
+    st->open_now.store(e, std::memory_order_release);
   }
   bool stored = false;
   {
@@ -215,7 +241,7 @@ CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s) n
     return record_now(blocks, s);
   }
   ++st->lazy_uses;
-  if (steady_ns() - st->recorded_ns >= window_ns_) record_open_locked(*st, /*launcher=*/true);
+  if (now_ns - st->recorded_ns.load(std::memory_order_relaxed) >= window_ns_) record_open_locked(*st, /*launcher=*/true);
   return CUDA_SUCCESS;
 }
 
@@ -243,7 +269,7 @@ UseTracker::OpenStream* UseTracker::claim_open_stream(CUstream s) noexcept {
     std::lock_guard<RankedMutex> l(st.mu);
     if (st.key.load(std::memory_order_relaxed) != nullptr) continue;  // its flush is under way
     assert(st.open == nullptr);
-    st.recorded_ns = 0;
+    st.recorded_ns.store(0, std::memory_order_relaxed);
     st.key.store(s, std::memory_order_release);
     return &st;
   }
@@ -253,6 +279,7 @@ UseTracker::OpenStream* UseTracker::claim_open_stream(CUstream s) noexcept {
 void UseTracker::record_open_locked(OpenStream& st, bool launcher) noexcept {
   UseEvent* e = st.open;
   if (e == nullptr) return;
+  st.open_now.store(nullptr, std::memory_order_seq_cst);  // before the record (record_lazily_unlocked)
   const CUstream s = e->on;
   CUresult r = CUDA_SUCCESS;
   if (launcher) {
@@ -269,7 +296,7 @@ void UseTracker::record_open_locked(OpenStream& st, bool launcher) noexcept {
   }
   e->phase.store(r == CUDA_SUCCESS ? UsePhase::Recorded : UsePhase::Failed, std::memory_order_release);
   st.open = nullptr;
-  st.recorded_ns = steady_ns();
+  st.recorded_ns.store(steady_ns(), std::memory_order_relaxed);
   ++st.records;
   unref(e);
 }
@@ -325,6 +352,7 @@ CUresult UseTracker::mark_unrecorded(std::span<Block* const> blocks, CUstream s)
       std::lock_guard<RankedMutex> g(mu_);
       const UseSlot mark{s, &unrecorded_, clock_.fetch_add(1, std::memory_order_relaxed) + 1};
       const int slot = slot_of(b, s);
+      b->lazy_open.store(nullptr, std::memory_order_release);
       if (slot >= 0) {
         unref_locked(b->uses[slot].ev);  // the stream's idleness implies it
         b->uses[slot] = mark;
@@ -418,6 +446,7 @@ CUresult UseTracker::forget(Block* b, bool synchronize) noexcept {
     std::lock_guard<RankedMutex> g(mu_);
     for (; n < b->nuses; ++n) uses[n] = b->uses[n];
     b->nuses = 0;
+    b->lazy_open.store(nullptr, std::memory_order_release);
   }
   CUresult r = CUDA_SUCCESS;
   for (int i = 0; i < n; ++i) {
@@ -447,6 +476,7 @@ bool UseTracker::retire_completed(Block* b) noexcept {
       else b->uses[kept++] = b->uses[i];
     }
     b->nuses = left = kept;
+    b->lazy_open.store(nullptr, std::memory_order_release);
   }
   for (int i = 0; i < n; ++i) unref(seen[i].ev);
   return left == 0;
@@ -460,6 +490,7 @@ bool UseTracker::idle(const Block* b) noexcept {
 bool UseTracker::try_adopt(Block* b, CUstream s, UseEvent* e) noexcept {
   std::lock_guard<RankedMutex> g(mu_);
   if (b->nuses == kMaxUseSlots) return false;
+  b->lazy_open.store(nullptr, std::memory_order_release);
   b->uses[b->nuses++] = UseSlot{s, e, clock_.fetch_add(1, std::memory_order_relaxed) + 1};
   return true;
 }

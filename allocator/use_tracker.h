@@ -23,6 +23,14 @@
 // stream's lock, which a capture's begin and a stream joining a capture take
 // first (flush): a capture never holds an event of ours. Per-thread default
 // streams are never lazy (no other thread can name them).
+//
+// A launch whose blocks all hold their stream's open event already (what a
+// training job's weights do, launch after launch) stores nothing: it checks,
+// without a lock, that the event is still open (OpenStream::open_now, which
+// a record clears before it records, so the record comes after the launch)
+// and that each block's slot holds it (Block::lazy_open, cleared by any other
+// change of the block's slots), while the window has not passed (once it
+// has, the locked path records the event).
 #pragma once
 
 #include <cuda.h>
@@ -73,7 +81,9 @@ class UseTracker {
   // returned. `lazy`: the uses share the stream's open event (see above);
   // the caller passes it only for a stream any thread of this context may
   // name (a named stream, or the legacy stream of the allocator's context).
-  CUresult record(std::span<Block* const> blocks, CUstream s, bool lazy = false) noexcept;
+  // `now_ns`: the host's clock when the work went out, if the caller read it
+  // (0: read here when needed).
+  CUresult record(std::span<Block* const> blocks, CUstream s, bool lazy = false, std::uint64_t now_ns = 0) noexcept;
   // Records `s`'s open event now, on `s`: before a capture begins on it or
   // it joins one, and before it is destroyed (`forget`: its slot in the
   // table is freed too).
@@ -82,8 +92,9 @@ class UseTracker {
   // (in the current context, the allocator's); `window_ns`: how long an
   // open event may gather lazy uses before a launch records it.
   CUresult start(std::uint64_t window_ns) noexcept;
-  // Use events recorded so far, and uses that shared an open event.
-  void counts(std::uint64_t* events, std::uint64_t* lazy) noexcept;
+  // Use events recorded so far, uses that shared an open event, and those of
+  // them that took no lock (their blocks held the open event already).
+  void counts(std::uint64_t* events, std::uint64_t* lazy, std::uint64_t* unlocked) noexcept;
   // The block's uses on streams other than `except` (all when null), each
   // with a reference for the caller and settled; returns how many.
   int take_refs(Block* b, UseSlot* out, CUstream except = nullptr) noexcept;
@@ -162,7 +173,13 @@ class UseTracker {
     std::atomic<CUstream> key{nullptr};  // written under mu (and open_table_mu_ to claim)
     RankedMutex mu{kRankStreamUses, "alloc.stream_uses"};
     UseEvent* open = nullptr;        // holds one reference; null: none open
-    std::uint64_t recorded_ns = 0;   // when its open event was last recorded
+    // `open` for readers without mu, cleared before it is recorded: a launch
+    // enqueued before it reads null is one the record comes after.
+    std::atomic<UseEvent*> open_now{nullptr};
+    std::atomic<std::uint64_t> unlocked_uses{0};  // lazy uses that took no lock
+    // When its open event was last recorded (written under mu, read by the
+    // unlocked path too).
+    std::atomic<std::uint64_t> recorded_ns{0};
     std::uint64_t lazy_uses = 0, records = 0;  // under mu; kept when the slot passes to another stream
   };
   static std::size_t home_of(CUstream s) noexcept;
@@ -174,7 +191,10 @@ class UseTracker {
   // An open event is recorded (a failed one becomes the unrecorded marker).
   void settle(UseSlot* u) noexcept;
   bool settle_event(UseEvent* e) noexcept;  // true once it is recorded
-  CUresult record_lazily(std::span<Block* const> blocks, CUstream s) noexcept;
+  CUresult record_lazily(std::span<Block* const> blocks, CUstream s, std::uint64_t now_ns) noexcept;
+  // Every block holds `s`'s open event already, and the window has not
+  // passed: nothing to store, no lock.
+  bool record_lazily_unlocked(std::span<Block* const> blocks, CUstream s, std::uint64_t now_ns) noexcept;
   CUresult record_now(std::span<Block* const> blocks, CUstream s) noexcept;
 
   static constexpr int kMaxChain = 16;

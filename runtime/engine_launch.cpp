@@ -8,6 +8,7 @@
 #include "driver/driver.h"
 #include "policies/lifetime_class.hpp"
 #include "runtime/engine.h"
+#include "host_clock.h"
 
 namespace tierrt {
 
@@ -186,13 +187,17 @@ bool reported_by_any_call(CUresult r) noexcept {
 
 }  // namespace
 
-CUresult Engine::before_use(BlockList& blocks, CUstream key, CUresult refusal) noexcept {
+CUresult Engine::before_use(BlockList& blocks, CUstream key, CUresult refusal, bool brief) noexcept {
   CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+  blocks.set_announced(false);
   if (!blocks.incomplete()) {
+    bool announced = false;
+    if (brief) r = alloc_->ensure_resident_briefly(blocks.span(), key, &announced);
+    else r = alloc_->ensure_resident(blocks.span(), key);
+    blocks.set_announced(announced);
     // Freed since it was named (another thread's free): ignored, as a word
     // into freed memory is.
-    do r = alloc_->ensure_resident(blocks.span(), key);
-    while (r == CUDA_ERROR_INVALID_VALUE && blocks.drop_freed());
+    while (r == CUDA_ERROR_INVALID_VALUE && blocks.drop_freed()) r = alloc_->ensure_resident(blocks.span(), key);
   }
   return r == CUDA_SUCCESS || refusal == CUDA_SUCCESS || reported_by_any_call(r) ? r : refusal;
 }
@@ -203,8 +208,12 @@ void Engine::after_use(const BlockList& blocks, CUstream key, bool capturing, bo
   // is waited for here, on the thread whose context it is.
   if (enqueued && !capturing && count() > 1 && !drv::names_a_stream(key) && !on_engine_context())
     (void)TIERRT_CU(cuStreamSynchronize, key);
-  if (enqueued) alloc_->record_use(blocks.span(), key, capturing, !capturing && may_record_lazily(blocks, key));
-  alloc_->release(blocks.span());
+  if (enqueued) {
+    const bool lazy = !capturing && may_record_lazily(blocks, key);
+    if (lazy) blocks.set_went_out_ns(steady_ns());
+    alloc_->record_use(blocks.span(), key, capturing, lazy, blocks.went_out_ns());
+  }
+  alloc_->release(blocks.span(), blocks.announced());
 }
 
 // A lazy use costs no event now; a wait on it may include the stream's later
@@ -243,7 +252,7 @@ void Engine::note_launch(const BlockList& blocks, CUstream key, bool capturing) 
   if (recorder_ && recorder_->events_on()) recorder_->launch(seq, sid, named);
   if (policy_) {
     // Under capture, timing the launch would put the clock's event into the graph.
-    policy_->post_launch(seq, sid, key, !capturing, named);
+    policy_->post_launch(seq, sid, key, !capturing, named, blocks.went_out_ns());
     // Prefetches armed for this launch go out from this thread, where the
     // engine's context is current (the mover's streams are its own), and
     // while no capture is open: a fetch's host waits fall back to calls a

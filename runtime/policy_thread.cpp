@@ -40,30 +40,30 @@ void PolicyThread::stop() noexcept {
 // Only what can end a held launch needs a time; a launch names up to
 // hundreds of blocks, and a clock read per use would show.
 void PolicyThread::post(const policy::Event& e) noexcept {
-  push(e, e.kind != policy::EventKind::Use, e.kind == policy::EventKind::Step);
+  push(e, e.kind != policy::EventKind::Use ? steady_ns() : 0, e.kind == policy::EventKind::Step);
 }
 
 void PolicyThread::post_launch(policy::LaunchSeq seq, policy::StreamId sid, CUstream stream, bool may_time,
-                               std::span<alloc::Block* const> named) noexcept {
+                               std::span<alloc::Block* const> named, std::uint64_t now_ns) noexcept {
   LaunchUses l;
   l.launch = policy::Event::launch(seq, 0, sid);
   l.timed = may_time && DeviceClock::due(seq) && clock_.record(seq, stream);
   const std::size_t inline_uses = std::min(named.size(), kUsesPerSlot);
   for (std::size_t i = 0; i < inline_uses; ++i) l.blocks[i] = named[i]->va;
   l.count = static_cast<std::uint8_t>(inline_uses);
-  push(l, true, false);
-  for (alloc::Block* b : named.subspan(inline_uses)) push(policy::Event::use(b->va, seq, sid), false, false);
+  push(l, now_ns != 0 ? now_ns : steady_ns(), false);
+  for (alloc::Block* b : named.subspan(inline_uses)) push(policy::Event::use(b->va, seq, sid), 0, false);
 }
 
-void PolicyThread::post_demand_fetch(policy::BlockId block) noexcept { push(DemandFetch{block}, false, false); }
+void PolicyThread::post_demand_fetch(policy::BlockId block) noexcept { push(DemandFetch{block}, 0, false); }
 
 void PolicyThread::post_late_fetch(policy::BlockId block, std::uint64_t late_ns) noexcept {
-  push(LateFetch{block, late_ns}, false, false);
+  push(LateFetch{block, late_ns}, 0, false);
 }
 
 // Multi-producer ring: each slot's turn says whose write or read is next.
 template <class Item>
-void PolicyThread::push(const Item& item, bool timed_now, bool wakes) noexcept {
+void PolicyThread::push(const Item& item, std::uint64_t ns, bool wakes) noexcept {
   std::uint64_t pos = head_.load(std::memory_order_relaxed);
   for (;;) {
     Slot& s = ring_[pos & (kSlots - 1)];
@@ -72,7 +72,7 @@ void PolicyThread::push(const Item& item, bool timed_now, bool wakes) noexcept {
       // Sequentially consistent: the napping protocol's store (header).
       if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst, std::memory_order_relaxed)) {
         s.message = item;
-        s.ns = timed_now ? steady_ns() : 0;
+        s.ns = ns;
         s.turn.store(pos + 1, std::memory_order_release);
         break;
       }

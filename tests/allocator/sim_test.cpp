@@ -586,6 +586,64 @@ TEST_P(Modes, TrimKeepsACachedBlockALaunchStillPins) {
   EXPECT_FALSE(a->owns(va));
 }
 
+// A launch whose blocks are all resident is announced rather than pinned
+// (launch_announcements.h): it holds them all the same. A spill started
+// meanwhile comes back busy, a trim keeps a freed block it names, and both
+// go ahead once it is released. A launch nested in it (another engine's),
+// or naming a block not resident, pins.
+TEST_P(Modes, AnAnnouncedLaunchHoldsItsBlocksAsAPinDoes) {
+  auto a = make(GetParam());
+  Block* b = alloc(*a, 8 * MiB);
+  Block* freed = alloc(*a, 4 * MiB);
+  Block* spilled = alloc(*a, 4 * MiB);
+  CU_OK(fill(*a, b, nullptr, 21));
+  ASSERT_EQ(a->spill(spilled), SpillResult::Started);
+  a->drain();
+  Block* both[] = {b, freed};
+  bool announced = false;
+  CU_OK(a->ensure_resident_briefly(both, nullptr, &announced));
+  ASSERT_TRUE(announced);
+  EXPECT_EQ(b->pins.load(), 0u);
+  SpillResult from_other = SpillResult::Started;
+  std::thread([&] {
+    Env::get().bind();
+    from_other = a->spill(b);
+  }).join();
+  EXPECT_EQ(from_other, SpillResult::Busy) << "a spill took a block from under an announced launch";
+  EXPECT_EQ(a->spill(b), SpillResult::Busy);
+  const CUdeviceptr freed_va = freed->va;
+  CU_OK(a->free(freed_va, nullptr));  // another thread's free: cached
+  a->trim();
+  EXPECT_TRUE(a->owns(freed_va)) << "the VA was unmapped under the announced launch";
+  // Nested: pinned. Not resident: pinned (and fetched).
+  Block* again[] = {b};
+  bool nested = true;
+  CU_OK(a->ensure_resident_briefly(again, nullptr, &nested));
+  EXPECT_FALSE(nested);
+  EXPECT_EQ(b->pins.load(), 1u);
+  a->release(again, nested);
+  CU_OK(a->record_use(both, nullptr));
+  a->release(both, announced);
+  Block* away[] = {spilled};
+  bool fetched_announced = true;
+  std::thread([&] {
+    Env::get().bind();
+    CU_OK(a->ensure_resident_briefly(away, nullptr, &fetched_announced));
+    EXPECT_EQ(spilled->pins.load(), 1u);
+    a->release(away, fetched_announced);
+  }).join();
+  EXPECT_FALSE(fetched_announced);
+  a->trim();
+  EXPECT_FALSE(a->owns(freed_va));
+  ASSERT_EQ(a->spill(b), SpillResult::Started);
+  a->drain();
+  std::vector<std::uint8_t> back;
+  CU_OK(read(*a, b, &back));
+  EXPECT_TRUE(back == expected(8 * MiB, 21));
+  CU_OK(a->free(b->va, nullptr));
+  CU_OK(a->free(spilled->va, nullptr));
+}
+
 // Found by scripts/soak: the mover sets a block SPILLED and only then ends
 // the move; a free in between destroyed the block under the mover, whose
 // move's end then landed on the recycled block. Frees each block the moment
@@ -889,6 +947,39 @@ TEST_P(LazyUses, ALegacyStreamUseSettledDuringACaptureLeavesTheCaptureAlone) {
   CU_OK(cuCtxSynchronize());
   CU_OK(cuStreamDestroy(blocking));
   CU_OK(cuStreamDestroy(s2));
+}
+
+// Lazy uses whose blocks hold their stream's open event already take no
+// lock and store nothing (use_tracker.h). Once that event was recorded, the
+// next use is not covered by it: it is stored with a new open event, and a
+// spill's copy waits for it (the late kernel's bytes are what goes to the
+// host and comes back).
+TEST_P(LazyUses, AUseAfterItsStreamsOpenEventWasRecordedIsWaitedFor) {
+  auto a = make_lazy();
+  Block* b = alloc(*a, 8 * MiB);
+  CUstream s;
+  CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  for (std::uint64_t seed = 40; seed < 43; ++seed) CU_OK(fill_late_lazily(*a, b, s, seed));
+  EXPECT_EQ(a->stats().lazy_uses, 3u);
+  EXPECT_EQ(a->stats().lazy_uses_unlocked, 2u) << "the 2nd and 3rd use found the open event stored";
+  CU_OK(cuStreamSynchronize(s));
+  a->flush_uses(s);  // the open event is recorded
+  late_gate() = false;
+  CU_OK(fill_late_lazily(*a, b, s, 43));  // held at the gate
+  EXPECT_EQ(a->stats().lazy_uses_unlocked, 2u) << "a use rode on an event recorded before it";
+  std::thread opener([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    late_gate() = true;
+  });
+  ASSERT_EQ(a->spill(b), SpillResult::Started);
+  a->drain();
+  opener.join();
+  std::vector<std::uint8_t> back;
+  CU_OK(read(*a, b, &back, s));
+  EXPECT_TRUE(back == expected(8 * MiB, 43)) << "the spill copied the block before the use wrote it";
+  CU_OK(a->free(b->va, s));
+  CU_OK(cuStreamSynchronize(s));
+  CU_OK(cuStreamDestroy(s));
 }
 
 // A stream destroyed with a use still open: the event is recorded on it

@@ -103,6 +103,7 @@ struct Stats {
   // Use events recorded (one per eager use, one per open event's record),
   // and uses recorded lazily (sharing their stream's open event).
   std::uint64_t use_events = 0, lazy_uses = 0;
+  std::uint64_t lazy_uses_unlocked = 0;  // of lazy_uses, those that took no lock (use_tracker.h)
   bool tiering_stopped = false;  // Allocator::stop_tiering: no spill starts
 };
 
@@ -200,7 +201,13 @@ class Allocator {
   // fetches, or stream waits on pending prefetches) and pins them so that no
   // spill starts until release(). Enqueue the work, record_use(), release().
   CUresult ensure_resident(std::span<Block* const> blocks, CUstream stream) noexcept;
-  void release(std::span<Block* const> blocks) noexcept;
+  // The same for work whose use is recorded right after it is enqueued, on
+  // this thread (a launch, a copy): where every block is resident already
+  // the launch is announced instead of pinned (`*announced`: two stores
+  // instead of two read-modify-writes per block; launch_announcements.h).
+  // Pass `*announced` to release().
+  CUresult ensure_resident_briefly(std::span<Block* const> blocks, CUstream stream, bool* announced) noexcept;
+  void release(std::span<Block* const> blocks, bool announced = false) noexcept;
   // A user pin (tierrt_advise PIN): makes the block usable by work on
   // `stream` next, as ensure_resident does, and keeps it from being spilled
   // until unpin(). Counted apart from launch pins.
@@ -214,8 +221,10 @@ class Allocator {
   // allocator's context names alike (a named stream, or the legacy stream
   // from a thread on that context), and best when no named block is about
   // to move (a wait on a lazy use may include later work of the stream).
+  // `now_ns`: the host's steady clock when the work went out, if the caller
+  // read it already (0: read when needed).
   CUresult record_use(std::span<Block* const> blocks, CUstream stream,
-                      bool capturing = false, bool lazy = false) noexcept;
+                      bool capturing = false, bool lazy = false, std::uint64_t now_ns = 0) noexcept;
   // Records the stream's pending lazy uses now: before a capture begins on
   // it or it joins one (nothing of tierrt's may be recorded into a
   // capture), and before the stream is destroyed (`stream_destroyed`).

@@ -139,6 +139,11 @@ struct Block {
   // Uses not yet known complete, one slot per stream (guarded by alloc.uses).
   UseSlot uses[kMaxUseSlots];
   int nuses = 0;
+  // The stream's open use event the block's slot for that stream holds, as
+  // the last lazy store left it; null after any other change of its slots
+  // (written under alloc.uses, read by launches: UseTracker::record_lazily's
+  // lock-free path, which stores nothing when it is the stream's open event).
+  std::atomic<UseEvent*> lazy_open{nullptr};
   CUstream free_stream = nullptr;  // stream of the free, while cached
 
   // Containers.

@@ -7,6 +7,7 @@
 #include <cuda.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -47,6 +48,14 @@ class BlockList {
   // The heap could not hold the list: the work must not go out (some of its
   // blocks would not be made resident).
   bool incomplete() const noexcept { return incomplete_; }
+  // Made resident by announcing the launch rather than pinning the blocks
+  // (Allocator::ensure_resident_briefly): what release() needs to know.
+  void set_announced(bool announced) noexcept { announced_ = announced; }
+  bool announced() const noexcept { return announced_; }
+  // The host's clock when the work went out, read once for the use record
+  // and the planner's post (0: not read).
+  void set_went_out_ns(std::uint64_t ns) const noexcept { went_out_ns_ = ns; }
+  std::uint64_t went_out_ns() const noexcept { return went_out_ns_; }
   std::span<alloc::Block* const> span() const noexcept {
     if (!more_.empty()) return {more_.data(), more_.size()};
     return {items_, static_cast<std::size_t>(n_)};
@@ -63,6 +72,8 @@ class BlockList {
   int n_slots_ = 0;
   std::vector<CUdeviceptr> more_slots_;
   bool incomplete_ = false;
+  bool announced_ = false;
+  mutable std::uint64_t went_out_ns_ = 0;
 };
 
 }  // namespace tierrt

@@ -244,7 +244,8 @@ class Engine {
     const bool grouped = nccl_grouped();
     if (grouped && !reserve_group(blocks.span().size())) return CUDA_ERROR_OUT_OF_MEMORY;
     const CUstream key = StreamIds::key(stream);
-    if (CUresult r = before_use(blocks, key, CUDA_SUCCESS)) return r;
+    // Pinned, not announced: inside a group the blocks stay pinned until it ends.
+    if (CUresult r = before_use(blocks, key, CUDA_SUCCESS, /*brief=*/false)) return r;
     const bool went_out = forward();
     if (went_out && grouped) defer_to_group_end(blocks, key);
     else after_use(blocks, key, false, went_out);
@@ -518,7 +519,9 @@ class Engine {
   // documents for it when it lacks what it needs to run (CUDA_SUCCESS keeps
   // the failure as it was). The driver's asynchronous errors, which any call
   // may report, capture errors and INVALID_VALUE stand.
-  CUresult before_use(BlockList& blocks, CUstream key, CUresult refusal) noexcept;
+  // `brief`: the use is recorded right after the work is enqueued, on this
+  // thread (after_use), so the launch may be announced instead of pinned.
+  CUresult before_use(BlockList& blocks, CUstream key, CUresult refusal, bool brief = true) noexcept;
   void after_use(const BlockList& blocks, CUstream key, bool capturing, bool enqueued) noexcept;
   bool may_record_lazily(const BlockList& blocks, CUstream key) const noexcept;
   // A launch went out on the stream `key` naming `blocks`.

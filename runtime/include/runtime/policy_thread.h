@@ -66,9 +66,10 @@ class PolicyThread {
   // Launch `seq` went out on `stream`, naming `named`; `may_time` unless
   // timing it on the device could disturb the stream (it is capturing a
   // graph). One slot carries the launch and its first kUsesPerSlot blocks;
-  // the rest (rare) follow as use events.
+  // the rest (rare) follow as use events. `now_ns`: the host's clock when
+  // it went out, if the caller read it (0: read here).
   void post_launch(policy::LaunchSeq seq, policy::StreamId sid, CUstream stream, bool may_time,
-                   std::span<alloc::Block* const> named) noexcept;
+                   std::span<alloc::Block* const> named, std::uint64_t now_ns = 0) noexcept;
   static constexpr std::size_t kUsesPerSlot = 8;
   // What the mover saw (see alloc::MoveObserver), for the current step's feedback.
   void post_demand_fetch(policy::BlockId block) noexcept;
@@ -143,10 +144,11 @@ class PolicyThread {
   // tens of thousands of launches between two turns of the thread.
   static constexpr std::uint64_t kSlots = 1u << 15;
 
-  // `item`: one of Message's alternatives. `timed_now`: the slot gets the
-  // host's time; `wakes`: the thread is woken rather than left to its next poll.
+  // `item`: one of Message's alternatives. `ns`: the host's time the slot
+  // carries (0: none); `wakes`: the thread is woken rather than left to its
+  // next poll.
   template <class Item>
-  void push(const Item& item, bool timed_now, bool wakes) noexcept;
+  void push(const Item& item, std::uint64_t ns, bool wakes) noexcept;
   bool ready() const noexcept;  // the next slot is written
   // How late the thread may learn of a launch: small against the kernels a
   // training step is made of, and a few thousand wake-ups a second at most.

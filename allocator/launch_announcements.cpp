@@ -1,0 +1,97 @@
+#include "launch_announcements.h"
+
+#include <cassert>
+
+namespace tierrt::alloc {
+
+namespace {
+
+// seq: even while idle, odd while a launch is announced. Everything atomic:
+// takers read slots while their threads write them.
+struct alignas(64) Slot {
+  std::atomic<std::uint64_t> seq{0};
+  std::atomic<std::uint32_t> count{0};
+  std::atomic<bool> taken{false};
+  std::atomic<const Block*> blocks[LaunchAnnouncements::kBlocks] = {};
+};
+
+Slot g_slots[LaunchAnnouncements::kSlots];
+std::atomic<std::size_t> g_high{0};  // slots below it may have been taken
+
+thread_local Slot* t_slot = nullptr;
+thread_local bool t_claimed_once = false;  // claimed, or found none: not tried again
+
+// Gives the slot back when the thread exits (no launch is announced then).
+struct SlotReturn {
+  ~SlotReturn() {
+    if (t_slot == nullptr) return;
+    assert((t_slot->seq.load(std::memory_order_relaxed) & 1) == 0);
+    t_slot->taken.store(false, std::memory_order_release);
+    t_slot = nullptr;
+  }
+};
+
+Slot* claim() noexcept {
+  t_claimed_once = true;
+  for (std::size_t i = 0; i < LaunchAnnouncements::kSlots; ++i) {
+    Slot& s = g_slots[i];
+    if (s.taken.load(std::memory_order_relaxed) || s.taken.exchange(true, std::memory_order_acquire)) continue;
+    std::size_t high = g_high.load(std::memory_order_relaxed);
+    while (high < i + 1 && !g_high.compare_exchange_weak(high, i + 1, std::memory_order_release)) {
+    }
+    static thread_local SlotReturn returned;  // its destructor runs at thread exit
+    (void)returned;
+    t_slot = &s;
+    return &s;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool LaunchAnnouncements::begin(std::span<Block* const> blocks) noexcept {
+  if (blocks.size() > kBlocks) return false;
+  Slot* s = t_slot;
+  if (s == nullptr && (t_claimed_once || (s = claim()) == nullptr)) return false;
+  const std::uint64_t seq = s->seq.load(std::memory_order_relaxed);
+  if (seq & 1) return false;  // this thread announced a launch already
+  // Release: a taker that reads a block written here also sees the uses the
+  // thread's earlier launches recorded (their ends come before).
+  for (std::size_t i = 0; i < blocks.size(); ++i) s->blocks[i].store(blocks[i], std::memory_order_release);
+  s->count.store(static_cast<std::uint32_t>(blocks.size()), std::memory_order_relaxed);
+  s->seq.store(seq + 1, std::memory_order_seq_cst);
+  return true;
+}
+
+void LaunchAnnouncements::end() noexcept {
+  Slot* s = t_slot;
+  assert(s != nullptr && (s->seq.load(std::memory_order_relaxed) & 1) == 1);
+  // Sequentially consistent: a rescue waiting for launches to let go is told
+  // after this (BlockStates::pins_released: store, then look).
+  s->seq.store(s->seq.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+}
+
+bool LaunchAnnouncements::announced(const Block* b) noexcept {
+  const std::size_t high = g_high.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < high; ++i) {
+    const Slot& s = g_slots[i];
+    const std::uint64_t seq = s.seq.load(std::memory_order_seq_cst);
+    if ((seq & 1) == 0) continue;
+    std::uint32_t n = s.count.load(std::memory_order_relaxed);
+    if (n > kBlocks) n = kBlocks;
+    bool named = false;
+    for (std::uint32_t j = 0; j < n && !named; ++j) named = s.blocks[j].load(std::memory_order_acquire) == b;
+    // Still the launch found active: the blocks read were its own.
+    if (named && s.seq.load(std::memory_order_seq_cst) == seq) return true;
+  }
+  return false;
+}
+
+std::size_t LaunchAnnouncements::slots_in_use() noexcept {
+  std::size_t n = 0;
+  const std::size_t high = g_high.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < high; ++i) n += g_slots[i].taken.load(std::memory_order_relaxed);
+  return n;
+}
+
+}  // namespace tierrt::alloc
