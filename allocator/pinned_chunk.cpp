@@ -6,6 +6,7 @@
 #include <cerrno>
 
 #include "driver/driver.h"
+#include "driver/relaxed_capture_mode.h"
 #include "numa_binding.h"
 
 #ifndef MADV_POPULATE_WRITE
@@ -59,6 +60,7 @@ bool make_placed_chunk(std::size_t bytes, int node, PinnedChunk* out, const char
 
 CUresult make_pinned_chunk(std::size_t bytes, int node, PinnedChunk* out, const char** unplaceable) noexcept {
   *unplaceable = nullptr;
+  const drv::RelaxedCaptureMode relaxed;  // may run on a thread with a capture open
   if (node >= 0 && make_placed_chunk(bytes, node, out, unplaceable)) return CUDA_SUCCESS;
   void* p = nullptr;
   const CUresult r = TIERRT_CU(cuMemHostAlloc, &p, bytes, CU_MEMHOSTALLOC_PORTABLE);
@@ -68,6 +70,7 @@ CUresult make_pinned_chunk(std::size_t bytes, int node, PinnedChunk* out, const 
 }
 
 void free_pinned_chunk(const PinnedChunk& c) noexcept {
+  const drv::RelaxedCaptureMode relaxed;
   if (!c.registered) {
     (void)TIERRT_CU(cuMemFreeHost, c.base);
     return;

@@ -406,6 +406,35 @@ TEST_P(Modes, FetchReusesTheChunkASpillLeftAndTrimReleasesSpares) {
   CU_OK(a->free(b->va, nullptr));
 }
 
+// tierrt's own calls a capture may prohibit (copy mode's pinned pool grows
+// with cuMemHostAlloc or cuMemHostRegister) are made in relaxed capture mode:
+// a thread-local capture open on the thread that spills (a demand fetch's
+// rescue, tierrt_advise) is neither refused nor invalidated by them.
+TEST_P(Modes, TierrtsOwnHostAllocationsLeaveTheCallingThreadsCaptureAlone) {
+  auto a = make(GetParam());
+  Block* b = alloc(*a, 8 * MiB);
+  CU_OK(fill(*a, b, nullptr, 12));
+  CU_OK(cuStreamSynchronize(nullptr));
+  CUstream s;
+  CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CU_OK(cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+  const std::uint64_t pool_before = a->stats().pinned_pool_bytes;
+  EXPECT_EQ(a->spill(b), SpillResult::Started);
+  const bool grew = a->stats().pinned_pool_bytes > pool_before;
+  CUgraph g = nullptr;
+  EXPECT_EQ(cuStreamEndCapture(s, &g), CUDA_SUCCESS) << "tierrt's own call ended the application's capture";
+  if (g != nullptr) CU_OK(cuGraphDestroy(g));
+  if (GetParam().mode == SpillMode::Copy) {
+    EXPECT_TRUE(grew) << "the spill did not grow the pinned pool";
+  }
+  a->drain();
+  std::vector<std::uint8_t> back;
+  CU_OK(read(*a, b, &back));
+  EXPECT_TRUE(back == expected(8 * MiB, 12));
+  CU_OK(a->free(b->va, nullptr));
+  CU_OK(cuStreamDestroy(s));
+}
+
 // Invariant: nothing is spilled or fetched while a stream that touches the
 // block is capturing; allocations made under capture pass through.
 TEST_P(Modes, InvariantNothingMovesUnderStreamCapture) {

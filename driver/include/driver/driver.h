@@ -43,7 +43,7 @@ namespace tierrt::drv {
   X(cuStreamIsCapturing) X(cuStreamBeginCapture) X(cuStreamEndCapture)      \
   X(cuEventCreate) X(cuEventDestroy) X(cuEventRecord) X(cuEventQuery)       \
   X(cuEventSynchronize) X(cuEventElapsedTime)                               \
-  X(cuStreamGetCaptureInfo)                                                 \
+  X(cuStreamGetCaptureInfo) X(cuThreadExchangeStreamCaptureMode)           \
   X(cuModuleLoadData) X(cuModuleUnload) X(cuModuleGetFunction)              \
   X(cuLaunchKernel) X(cuLaunchKernelEx) X(cuLaunchCooperativeKernel)        \
   X(cuFuncGetParamInfo) X(cuKernelGetParamInfo)                             \
