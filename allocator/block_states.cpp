@@ -268,8 +268,6 @@ void BlockStates::pins_released() noexcept {
 }
 
 bool BlockStates::pinned_by_running_thread_locked(const Block* b) const noexcept {
-  // An announced launch is enqueuing, never waiting (it takes pins first).
-  if (LaunchAnnouncements::announced(b)) return true;
   const std::uint32_t pins = b->pins.load(std::memory_order_seq_cst);
   std::uint32_t waiting = 0;
   for (const PinHolder& h : holders_)
@@ -280,6 +278,17 @@ bool BlockStates::pinned_by_running_thread_locked(const Block* b) const noexcept
 bool BlockStates::could_change_locked() const noexcept {
   if (spills_ != 0 || fetches_queued_ != 0) return true;
   if (claims_ + fetches_unqueued_ > waiting_claims_) return true;
+  // A launch announced now is enqueuing, never waiting (it pins before it
+  // could wait): it lets go of its blocks soon. Looked at once per slot, not
+  // once per resident block.
+  bool announced = false;
+  LaunchAnnouncements::for_each_announced(
+      [](const Block* b, void* found) {
+        // Type-stable storage: a recycled block reads as what it is now.
+        if (b->st() == State::Resident && !b->captured && b->user_pins == 0) *static_cast<bool*>(found) = true;
+      },
+      &announced);
+  if (announced) return true;
   for (const Block& b : resident_)
     if (!b.captured && b.user_pins == 0 && pinned_by_running_thread_locked(&b)) return true;
   return false;

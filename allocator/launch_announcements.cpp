@@ -87,6 +87,21 @@ bool LaunchAnnouncements::announced(const Block* b) noexcept {
   return false;
 }
 
+void LaunchAnnouncements::for_each_announced(void (*fn)(const Block*, void*), void* ctx) noexcept {
+  const std::size_t high = g_high.load(std::memory_order_acquire);
+  for (std::size_t i = 0; i < high; ++i) {
+    const Slot& s = g_slots[i];
+    const std::uint64_t seq = s.seq.load(std::memory_order_seq_cst);
+    if ((seq & 1) == 0) continue;
+    std::uint32_t n = s.count.load(std::memory_order_relaxed);
+    if (n > kBlocks) n = kBlocks;
+    const Block* named[kBlocks];
+    for (std::uint32_t j = 0; j < n; ++j) named[j] = s.blocks[j].load(std::memory_order_acquire);
+    if (s.seq.load(std::memory_order_seq_cst) != seq) continue;  // ended meanwhile
+    for (std::uint32_t j = 0; j < n; ++j) fn(named[j], ctx);
+  }
+}
+
 std::size_t LaunchAnnouncements::slots_in_use() noexcept {
   std::size_t n = 0;
   const std::size_t high = g_high.load(std::memory_order_acquire);

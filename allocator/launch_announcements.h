@@ -44,6 +44,11 @@ class LaunchAnnouncements {
   // consistent: call after publishing what the launch must see).
   static bool announced(const Block* b) noexcept;
 
+  // Calls fn(block, ctx) for each block an active launch announced, once per
+  // slot naming it (pointers only: a block it names may be recycled since,
+  // its storage is type-stable).
+  static void for_each_announced(void (*fn)(const Block*, void*), void* ctx) noexcept;
+
   // Slots threads hold now (tests).
   static std::size_t slots_in_use() noexcept;
 };

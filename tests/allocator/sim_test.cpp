@@ -884,6 +884,44 @@ TEST_P(Modes, RescueWaitsForALaunchPinToBeReleased) {
   CU_OK(a->free(held->va, nullptr));
 }
 
+// The same for a launch announced rather than pinned: its thread lets go
+// soon, so the rescue waits for it instead of passing the budget.
+TEST_P(Modes, RescueWaitsForAnAnnouncedLaunchToEnd) {
+  Options o;
+  o.device_budget = 64 * MiB;
+  auto a = make(GetParam(), o);
+  Block* held = alloc(*a, 48 * MiB);
+  CU_OK(fill(*a, held, nullptr, 22));
+  CU_OK(cuStreamSynchronize(nullptr));
+  Block* bs[1] = {held};
+  std::atomic<int> phase{0};
+  std::atomic<bool> ended{false};
+  std::thread launch([&] {
+    Env::get().bind();
+    bool announced = false;
+    CU_OK(a->ensure_resident_briefly(bs, nullptr, &announced));
+    EXPECT_TRUE(announced);
+    phase = 1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    CU_OK(a->record_use(bs, nullptr));
+    ended = true;
+    a->release(bs, announced);
+  });
+  while (phase.load() == 0) std::this_thread::yield();
+  CUdeviceptr p = 0;
+  EXPECT_EQ(a->allocate(&p, 32 * MiB, nullptr), CUDA_SUCCESS);
+  EXPECT_TRUE(ended.load()) << "the rescue did not wait for the announced launch";
+  launch.join();
+  a->drain();
+  EXPECT_EQ(held->st(), State::Spilled);
+  EXPECT_EQ(a->stats().over_budget, 0u);
+  CU_OK(a->free(p, nullptr));
+  std::vector<std::uint8_t> got;
+  CU_OK(read(*a, held, &got));
+  EXPECT_EQ(got, expected(48 * MiB, 22));
+  CU_OK(a->free(held->va, nullptr));
+}
+
 // ...and stops waiting at once when nothing can change: the only candidate
 // is pinned by the very launch that needs the memory. The budget is a
 // target, not a cap: with the device far from full the launch goes ahead
