@@ -42,9 +42,12 @@ bool Allocator::Parts::spill_coldest(std::uint64_t bytes) noexcept {
   std::vector<Candidate> idle;
   {
     auto l = blocks.lock();
+    // Pins only: the launch announcements are looked at by each spill's
+    // claim (a candidate announced now comes back busy), not once per
+    // resident block here.
     blocks.for_each_resident(
         [&](Block* b) {
-          if (b->captured || b->user_pins != 0 || b->ops_pending != 0 || held_by_launch(b) ||
+          if (b->captured || b->user_pins != 0 || b->ops_pending != 0 || b->pins.load() != 0 ||
               b->ready.load() != nullptr)
             return;
           idle.push_back({b, b->last_use.load(std::memory_order_relaxed), b->mapped});
