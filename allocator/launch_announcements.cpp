@@ -71,33 +71,38 @@ void LaunchAnnouncements::end() noexcept {
   s->seq.store(s->seq.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
 }
 
+namespace {
+
+// The blocks of the launch slot `s` holds active, into `out`; 0 when it is
+// idle or its launch ended while they were read (then they may be a later
+// launch's).
+std::uint32_t read_active(const Slot& s, const Block** out) noexcept {
+  const std::uint64_t seq = s.seq.load(std::memory_order_seq_cst);
+  if ((seq & 1) == 0) return 0;
+  std::uint32_t n = s.count.load(std::memory_order_relaxed);
+  if (n > LaunchAnnouncements::kBlocks) n = LaunchAnnouncements::kBlocks;
+  for (std::uint32_t j = 0; j < n; ++j) out[j] = s.blocks[j].load(std::memory_order_acquire);
+  return s.seq.load(std::memory_order_seq_cst) == seq ? n : 0;
+}
+
+}  // namespace
+
 bool LaunchAnnouncements::announced(const Block* b) noexcept {
   const std::size_t high = g_high.load(std::memory_order_acquire);
+  const Block* named[kBlocks];
   for (std::size_t i = 0; i < high; ++i) {
-    const Slot& s = g_slots[i];
-    const std::uint64_t seq = s.seq.load(std::memory_order_seq_cst);
-    if ((seq & 1) == 0) continue;
-    std::uint32_t n = s.count.load(std::memory_order_relaxed);
-    if (n > kBlocks) n = kBlocks;
-    bool named = false;
-    for (std::uint32_t j = 0; j < n && !named; ++j) named = s.blocks[j].load(std::memory_order_acquire) == b;
-    // Still the launch found active: the blocks read were its own.
-    if (named && s.seq.load(std::memory_order_seq_cst) == seq) return true;
+    const std::uint32_t n = read_active(g_slots[i], named);
+    for (std::uint32_t j = 0; j < n; ++j)
+      if (named[j] == b) return true;
   }
   return false;
 }
 
 void LaunchAnnouncements::for_each_announced(void (*fn)(const Block*, void*), void* ctx) noexcept {
   const std::size_t high = g_high.load(std::memory_order_acquire);
+  const Block* named[kBlocks];
   for (std::size_t i = 0; i < high; ++i) {
-    const Slot& s = g_slots[i];
-    const std::uint64_t seq = s.seq.load(std::memory_order_seq_cst);
-    if ((seq & 1) == 0) continue;
-    std::uint32_t n = s.count.load(std::memory_order_relaxed);
-    if (n > kBlocks) n = kBlocks;
-    const Block* named[kBlocks];
-    for (std::uint32_t j = 0; j < n; ++j) named[j] = s.blocks[j].load(std::memory_order_acquire);
-    if (s.seq.load(std::memory_order_seq_cst) != seq) continue;  // ended meanwhile
+    const std::uint32_t n = read_active(g_slots[i], named);
     for (std::uint32_t j = 0; j < n; ++j) fn(named[j], ctx);
   }
 }
