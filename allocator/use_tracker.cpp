@@ -118,7 +118,6 @@ std::size_t UseTracker::store_locked(std::span<Block* const> blocks, std::size_t
       b->lazy_open.store(open ? e : nullptr, std::memory_order_release);
       continue;
     }
-    b->lazy_open.store(open ? e : nullptr, std::memory_order_release);
     if (slot >= 0) {
       unref_locked(b->uses[slot].ev);
       b->uses[slot] = UseSlot{s, e, now};
@@ -134,6 +133,7 @@ std::size_t UseTracker::store_locked(std::span<Block* const> blocks, std::size_t
     }
     ref(e);
     b->last_use.store(now, std::memory_order_relaxed);
+    b->lazy_open.store(open ? e : nullptr, std::memory_order_release);  // the slot holds `e` now
   }
   return blocks.size();
 }
