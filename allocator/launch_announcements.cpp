@@ -39,7 +39,9 @@ Slot* claim() noexcept {
     std::size_t high = g_high.load(std::memory_order_relaxed);
     while (high < i + 1 && !g_high.compare_exchange_weak(high, i + 1, std::memory_order_release)) {
     }
-    static thread_local SlotReturn returned;  // its destructor runs at thread exit
+    // Its destructor runs at thread exit. Registering it may allocate in the
+    // C library: once per thread, at its first announced launch.
+    static thread_local SlotReturn returned;
     (void)returned;
     t_slot = &s;
     return &s;

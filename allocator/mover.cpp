@@ -310,18 +310,18 @@ CUresult Mover::enqueue_fetch(Op* op, bool demand, std::span<Block* const> pinne
 
 CUresult Mover::obtain_fetch_chunk(Op* op, bool demand, std::span<Block* const> pinned) noexcept {
   const std::size_t bytes = op->b->mapped;
-  bool created = false;
-  auto count = [&](CUresult r) {
-    if (r == CUDA_SUCCESS && created) fetch_chunks_created_.fetch_add(1, std::memory_order_relaxed);
-    return r;
-  };
-  if (arena_.obtain_chunk_at_once(bytes, &op->dev, &created)) return count(CUDA_SUCCESS);
-  if (donors_ != nullptr && donors_->donate(bytes, h2d_, &op->dev, &op->donor)) {
-    chunks_handed_over_.fetch_add(1, std::memory_order_relaxed);
-    return CUDA_SUCCESS;
+  bool created = false;  // set only where a new chunk was made
+  CUresult r = CUDA_SUCCESS;
+  if (!arena_.obtain_chunk_at_once(bytes, &op->dev, &created)) {
+    if (donors_ != nullptr && donors_->donate(bytes, h2d_, &op->dev, &op->donor)) {
+      chunks_handed_over_.fetch_add(1, std::memory_order_relaxed);
+      return CUDA_SUCCESS;
+    }
+    // Only a fetch a launch waits for may spill others or pass the budget.
+    r = arena_.obtain_chunk(bytes, &op->dev, Claimant{demand, pinned, demand, true}, &created);
   }
-  // Only a fetch a launch waits for may spill others or pass the budget.
-  return count(arena_.obtain_chunk(bytes, &op->dev, Claimant{demand, pinned, demand, true}, &created));
+  if (created) fetch_chunks_created_.fetch_add(1, std::memory_order_relaxed);
+  return r;
 }
 
 void Mover::give_back_fetch_chunk(Op* op) noexcept {
