@@ -47,7 +47,8 @@ void PolicyThread::post_launch(policy::LaunchSeq seq, policy::StreamId sid, CUst
                                std::span<alloc::Block* const> named, std::uint64_t now_ns) noexcept {
   LaunchUses l;
   l.launch = policy::Event::launch(seq, 0, sid);
-  l.timed = may_time && DeviceClock::due(seq) && clock_.record(seq, stream);
+  l.timed = may_time && DeviceClock::due(seq, clock_shift_.load(std::memory_order_relaxed)) &&
+            clock_.record(seq, stream);
   const std::size_t inline_uses = std::min(named.size(), kUsesPerSlot);
   for (std::size_t i = 0; i < inline_uses; ++i) l.blocks[i] = named[i]->va;
   l.count = static_cast<std::uint8_t>(inline_uses);
@@ -190,6 +191,7 @@ void PolicyThread::handle_launch(const LaunchUses& l, std::uint64_t ns) {
 
 // A report names a block by address; one from before the step is not the plan's.
 void PolicyThread::report_demand_fetch(const DemandFetch& r) {
+  sample_densely();
   const auto ordinal = policy_->ordinal_of(r.block);
   if (!ordinal) return;
   policy_->report_demand_fetch(*ordinal);
@@ -197,6 +199,7 @@ void PolicyThread::report_demand_fetch(const DemandFetch& r) {
 }
 
 void PolicyThread::report_late_fetch(const LateFetch& r) {
+  sample_densely();
   const auto ordinal = policy_->ordinal_of(r.block);
   if (!ordinal) return;
   policy_->report_late(*ordinal, static_cast<double>(r.late_ns));
@@ -331,9 +334,30 @@ void PolicyThread::read_clock() {
   }
 }
 
+// A miss means the plan's timing may be off: the launch durations it is
+// made from are measured densely again from now on.
+void PolicyThread::sample_densely() {
+  clock_alarm_ = true;
+  clock_shift_.store(0, std::memory_order_relaxed);
+}
+
+// At a step's end: a step without a miss, after one the planner learned
+// from, halves the clock's sampling rate; a step with one keeps it dense.
+void PolicyThread::adapt_clock(std::uint64_t steps, std::uint64_t mispredictions) {
+  const bool missed = clock_alarm_ || mispredictions != clock_mispredictions_;
+  const unsigned shift = clock_shift_.load(std::memory_order_relaxed);
+  if (missed || steps < 2) clock_shift_.store(0, std::memory_order_relaxed);
+  else if (shift < DeviceClock::kMaxShift) clock_shift_.store(shift + 1, std::memory_order_relaxed);
+  clock_step_ = steps;
+  clock_mispredictions_ = mispredictions;
+  clock_alarm_ = false;
+}
+
 void PolicyThread::publish() {
-  mispredictions_.store(policy_->planner().mispredictions(), std::memory_order_relaxed);
+  const std::uint64_t mispredicted = policy_->planner().mispredictions();
+  mispredictions_.store(mispredicted, std::memory_order_relaxed);
   const std::uint64_t steps = policy_->steps_completed();
+  if (steps != clock_step_) adapt_clock(steps, mispredicted);
   // A step found without markers ended: the granule groups' boundaries turn
   // with it, as tierrt_mark_step turns them (Engine::note_step).
   if (steps != steps_turned_ && acts_ && !policy_->steps_marked()) allocator_.step_ended();

@@ -1,6 +1,7 @@
 // Steps the planner finds without markers turn the granule groups' boundary
 // bits, as tierrt_mark_step does (Allocator::step_ended); marked steps are
-// turned by the marker alone, never twice.
+// turned by the marker alone, never twice. The device clock's sampling
+// period adapts at each step's end (device_clock.h).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -65,6 +66,25 @@ TEST_F(PolicyThreadSteps, MarkedStepsAreTurnedByTheMarkerAlone) {
   EXPECT_EQ(0u, e->allocator_stats().group_steps) << "the policy thread turned marked steps too";
   e->note_step();  // what tierrt_mark_step does
   EXPECT_EQ(1u, e->allocator_stats().group_steps);
+}
+
+TEST_F(PolicyThreadSteps, TheDeviceClockSamplesSparselyWhileStepsGoAsPlannedAndDenselyAfterAMiss) {
+  EXPECT_EQ(DeviceClock::kEvery, t->clock_period()) << "a planner that has learned nothing samples densely";
+  // (The first marker ends no step: a step is learned from the second on.)
+  for (std::uint64_t i = 0; i < 12; ++i) post_step(*t, &seq, /*marked=*/true, i);
+  ASSERT_TRUE(eventually([&] { return t->steps_learned() >= 11; })) << t->steps_learned() << " steps learned";
+  EXPECT_EQ(0u, t->mispredictions());
+  EXPECT_EQ(DeviceClock::kEvery << DeviceClock::kMaxShift, t->clock_period())
+      << "ten steps without a miss and the clock still samples every " << t->clock_period() << "th launch";
+  // A demand fetch: the plan's timing may be off, so durations are measured densely again.
+  t->post_demand_fetch(0x7100'0000);
+  EXPECT_TRUE(eventually([&] { return t->clock_period() == DeviceClock::kEvery; }))
+      << "after a demand fetch the clock samples every " << t->clock_period() << "th launch";
+  // And the next step, with the miss in it, keeps it dense.
+  const std::uint64_t learned = t->steps_learned();
+  post_step(*t, &seq, /*marked=*/true, 12);
+  ASSERT_TRUE(eventually([&] { return t->steps_learned() > learned; }));
+  EXPECT_EQ(DeviceClock::kEvery, t->clock_period());
 }
 
 }  // namespace

@@ -6,6 +6,13 @@
 // event on its own stream, right after it; the policy thread reads the
 // device time between consecutive samples once they completed and spreads
 // it over the launches in between.
+//
+// A sample is an event record on the application's stream: on the launch
+// path the largest cost after the launch itself. So the period adapts
+// (PolicyThread): every kEvery-th launch while the planner learns or its
+// plan misses (a demand fetch, a late prefetch, a misprediction), twice as
+// sparse after each step without one, down to every (kEvery << kMaxShift)-th.
+// Samples stay on multiples of kEvery, so their slots and spans are the same.
 #pragma once
 
 #include <cuda.h>
@@ -16,7 +23,7 @@ namespace tierrt {
 
 class DeviceClock {
  public:
-  static constexpr std::uint64_t kEvery = 8;
+  static constexpr std::uint64_t kEvery = 8;  // a power of two
   static constexpr std::uint64_t kSlots = 512;  // samples in flight before one is recorded over
 
   // Creates the events in the current context; ok() is false if it could not.
@@ -26,7 +33,9 @@ class DeviceClock {
   DeviceClock& operator=(const DeviceClock&) = delete;
 
   bool ok() const noexcept { return ok_; }
-  static bool due(std::uint64_t seq) noexcept { return seq % kEvery == 0; }
+  static constexpr unsigned kMaxShift = 3;
+  // Whether launch `seq` is sampled at a period of kEvery << shift.
+  static bool due(std::uint64_t seq, unsigned shift = 0) noexcept { return (seq & ((kEvery << shift) - 1)) == 0; }
 
   // Launch path, right after launch `seq` went out on `stream` (not a
   // capturing one). False when nothing was recorded.

@@ -91,6 +91,10 @@ class PolicyThread {
   // Demand fetches of blocks a followed plan had spilled, and steps planned.
   std::uint64_t mispredictions() const noexcept { return mispredictions_.load(); }
   std::uint64_t steps_learned() const noexcept { return steps_learned_.load(); }
+  // The device clock's sampling period now, in launches (device_clock.h).
+  std::uint64_t clock_period() const noexcept {
+    return DeviceClock::kEvery << clock_shift_.load(std::memory_order_relaxed);
+  }
 
   // The shape of the step learned last, as of steps_learned() steps.
   struct LearnedStep {
@@ -179,6 +183,8 @@ class PolicyThread {
   void act_on_launch(std::uint64_t seq);
   void read_clock();  // device durations of the launches between samples that completed
   void publish();
+  void sample_densely();
+  void adapt_clock(std::uint64_t steps, std::uint64_t mispredictions);
   void tag(const policy::Event& e);  // what the policy learned, for the allocator's per-class stats
   std::optional<policy::BlockId> id_for(const policy::Trigger& t) const;  // the address its block starts at
   alloc::Block* block_for(const policy::Trigger& t) const;
@@ -227,6 +233,12 @@ class PolicyThread {
   std::vector<std::uint64_t> samples_;  // recorded, not yet read (oldest first)
   std::size_t samples_read_ = 0;        // of samples_
   std::uint64_t last_sample_ = UINT64_MAX;
+  // The clock's period is kEvery << clock_shift_ (written by this thread,
+  // read by every launch); it adapts at each step's end (adapt_clock).
+  std::atomic<unsigned> clock_shift_{0};
+  std::uint64_t clock_step_ = 0;             // steps_completed() at the last adaptation
+  std::uint64_t clock_mispredictions_ = 0;   // the planner's count then
+  bool clock_alarm_ = false;                 // a demand fetch or late prefetch since
   double device_launch_ns_ = 0;         // running mean of a launch's device time; 0: none yet
   const bool acts_;
   bool failed_ = false;  // the policy threw: events are drained, nothing planned
