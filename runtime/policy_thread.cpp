@@ -343,10 +343,12 @@ void PolicyThread::sample_densely() {
 
 // At a step's end: a step without a miss, after one the planner learned
 // from, halves the clock's sampling rate; a step with one keeps it dense.
+// A recording keeps it dense: tierrt-replay models each launch from its
+// recorded device time.
 void PolicyThread::adapt_clock(std::uint64_t steps, std::uint64_t mispredictions) {
   const bool missed = clock_alarm_ || mispredictions != clock_mispredictions_;
   const unsigned shift = clock_shift_.load(std::memory_order_relaxed);
-  if (missed || steps < 2) clock_shift_.store(0, std::memory_order_relaxed);
+  if (missed || steps < 2 || recorder_ != nullptr) clock_shift_.store(0, std::memory_order_relaxed);
   else if (shift < DeviceClock::kMaxShift) clock_shift_.store(shift + 1, std::memory_order_relaxed);
   clock_step_ = steps;
   clock_mispredictions_ = mispredictions;

@@ -14,7 +14,8 @@
 
 namespace tierrt::testing_planner {
 
-inline std::unique_ptr<Engine> planner_engine() {
+// `record`: a file for TIERRT_RECORD's event stream (none when empty).
+inline std::unique_ptr<Engine> planner_engine(const std::string& record = {}) {
   static testing_simdev::Kernels k;  // a context current on this thread
   static const bool ready = [] {
     testing_simdev::set_up(&k);
@@ -26,6 +27,7 @@ inline std::unique_ptr<Engine> planner_engine() {
   EXPECT_TRUE(read_settings(&s, &error)) << error;
   s.mode = Mode::Tier;
   s.policy = Policy::Planner;
+  s.record = record;
   CUresult err = CUDA_SUCCESS;
   std::unique_ptr<Engine> e = Engine::create(s, &err);
   EXPECT_NE(nullptr, e) << "the engine did not start: " << err;

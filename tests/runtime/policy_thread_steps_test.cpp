@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <thread>
 
@@ -85,6 +86,24 @@ TEST_F(PolicyThreadSteps, TheDeviceClockSamplesSparselyWhileStepsGoAsPlannedAndD
   post_step(*t, &seq, /*marked=*/true, 12);
   ASSERT_TRUE(eventually([&] { return t->steps_learned() > learned; }));
   EXPECT_EQ(DeviceClock::kEvery, t->clock_period());
+}
+
+// A recorded run keeps every 8th launch's device time: tierrt-replay models
+// each launch from the recording.
+TEST(PolicyThreadStepsRecorded, TheDeviceClockStaysDenseWhileTheRunIsRecorded) {
+  const std::string trace = ::testing::TempDir() + "clock_period_recorded.trace";
+  std::unique_ptr<Engine> e = planner_engine(trace);
+  ASSERT_NE(nullptr, e);
+  PolicyThread* t = e->planner_for_tests();
+  ASSERT_NE(nullptr, t);
+  policy::LaunchSeq seq = 1;
+  t->post(policy::Event::alloc(0x7000'0000, 64u << 20));
+  for (std::uint64_t i = 0; i < 12; ++i) post_step(*t, &seq, /*marked=*/true, i);
+  ASSERT_TRUE(eventually([&] { return t->steps_learned() >= 11; })) << t->steps_learned() << " steps learned";
+  EXPECT_EQ(0u, t->mispredictions());
+  EXPECT_EQ(DeviceClock::kEvery, t->clock_period());
+  e.reset();
+  std::remove(trace.c_str());
 }
 
 }  // namespace

@@ -11,7 +11,8 @@
 // path the largest cost after the launch itself. So the period adapts
 // (PolicyThread): every kEvery-th launch while the planner learns or its
 // plan misses (a demand fetch, a late prefetch, a misprediction), twice as
-// sparse after each step without one, down to every (kEvery << kMaxShift)-th.
+// sparse after each step without one, down to every (kEvery << kMaxShift)-th
+// (not in a recorded run: the recording carries each launch's device time).
 // Samples stay on multiples of kEvery, so their slots and spans are the same.
 #pragma once
 
