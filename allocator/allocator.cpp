@@ -34,6 +34,7 @@ Allocator::Parts::~Parts() {
     uses.unref(b->ready.exchange(nullptr));
     destroy_block(b);
   });
+  (void)release_parked(UINT64_MAX);
   // Members were destroyed with the blocks; their groups' ranges go now.
   groups.for_each_live([&](Group* g) {
     (void)uses.forget(g->record, /*synchronize=*/false);
@@ -368,6 +369,7 @@ Stats Allocator::stats() const noexcept {
     s.groups = p_->live_groups;
     s.group_steps = p_->steps_ended;
     s.untouched_bytes = p_->untouched_bytes;
+    s.parked_group_bytes = p_->parked.bytes();
   }
   return s;
 }

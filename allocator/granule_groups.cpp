@@ -3,10 +3,14 @@
 // its part of it, created untouched (nothing mapped, FREED, counted in no
 // state) and given a device chunk at its first use. From then on a member
 // is an ordinary block to the mover, the use tracker, the rescue and the
-// planner. A group is freed whole (it is one application allocation) and
-// never cached: its members' chunks go to the spares, its range to the driver.
+// planner. A group is freed whole (it is one application allocation): it is
+// parked with its resident members' chunks still mapped, for the next
+// allocation of its size (parked_groups.h), or its members' chunks go to
+// the spares and its range to the driver.
 #include <algorithm>
 #include <cassert>
+#include <utility>
+#include <vector>
 
 #include "parts.h"
 #include "driver/driver.h"
@@ -22,8 +26,15 @@ CUresult Allocator::Parts::allocate_group(CUdeviceptr* out, std::size_t bytes) n
   const std::size_t unit = std::max(arena.round_up(opt.group_unit), arena.granularity());
   const std::uint64_t count = (mapped + unit - 1) / unit;
   if (count > UINT32_MAX / 2) return CUDA_ERROR_OUT_OF_MEMORY;
-  CUdeviceptr va = 0;
-  CUresult r = arena.reserve_address(mapped, &va);
+  ParkedGroup reused;
+  bool parked_one = false;
+  {
+    auto l = blocks.lock();
+    parked_one = parked.take(bytes, unit, &reused);
+  }
+  assert(!parked_one || (reused.mapped == mapped && reused.chunks.size() == count));
+  CUdeviceptr va = reused.va;
+  CUresult r = parked_one ? CUDA_SUCCESS : arena.reserve_address(mapped, &va);
   if (r != CUDA_SUCCESS) return r;
   Group* g = nullptr;
   {
@@ -31,7 +42,8 @@ CUresult Allocator::Parts::allocate_group(CUdeviceptr* out, std::size_t bytes) n
     g = groups.take(static_cast<std::uint32_t>(count), bytes, l);
   }
   if (g == nullptr) {
-    arena.free_address(va, mapped);
+    if (parked_one) release_parked_group(reused);
+    else arena.free_address(va, mapped);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
   g->va = va;
@@ -43,6 +55,8 @@ CUresult Allocator::Parts::allocate_group(CUdeviceptr* out, std::size_t bytes) n
   for (; made < count; ++made) {
     Block* b = blocks.new_block();
     const std::size_t off = std::size_t{made} * unit;
+    // A parked member's chunk is mapped at its VA already: RESIDENT at once.
+    const CUmemGenericAllocationHandle chunk = parked_one ? std::exchange(reused.chunks[made], 0) : 0;
     {
       auto l = blocks.lock();
       b->va = va + off;
@@ -51,10 +65,16 @@ CUresult Allocator::Parts::allocate_group(CUdeviceptr* out, std::size_t bytes) n
       b->spillable = true;
       b->group = g;
       b->member = made;
-      b->untouched = true;
-      untouched_bytes += b->size;
-      g->untouched.fetch_add(1, std::memory_order_relaxed);
+      if (chunk != 0) {
+        b->dev = chunk;
+        blocks.set_state(b, State::Resident, l);
+      } else {
+        b->untouched = true;
+        untouched_bytes += b->size;
+        g->untouched.fetch_add(1, std::memory_order_relaxed);
+      }
     }
+    if (chunk != 0) uses.touch(b);
     members[made] = b;
     if (!arena.table().insert(b->va, b->mapped, reinterpret_cast<std::uintptr_t>(b))) {
       ++made;  // its entries (none) are erased with the rest
@@ -64,6 +84,8 @@ CUresult Allocator::Parts::allocate_group(CUdeviceptr* out, std::size_t bytes) n
   }
   if (r != CUDA_SUCCESS) {
     for (std::uint32_t i = 0; i < made; ++i) destroy_member(members[i]);
+    // Chunks of a parked group not handed to a member yet go as well.
+    if (parked_one) (void)unmap_parked_chunks(reused, made, /*release=*/false);
     arena.free_address(va, mapped);
     auto l = blocks.lock();
     groups.give(g, l);
@@ -215,20 +237,87 @@ CUresult Allocator::Parts::free_group(Group* g, CUdeviceptr p) noexcept {
   }
   if (uses.forget(g->record, /*synchronize=*/true) != CUDA_SUCCESS) return CUDA_SUCCESS;
   bool all = true;
+  for (std::uint32_t i = 0; i < count; ++i) all &= uses.forget(members[i], /*synchronize=*/true) == CUDA_SUCCESS;
+  // Parked only whole: every use of every member is over.
+  ParkedGroup pg;
+  bool park = all;
+  if (park) {
+    try {
+      pg.chunks.assign(count, 0);
+    } catch (...) {
+      park = false;
+    }
+  }
   for (std::uint32_t i = 0; i < count; ++i) {
     Block* b = members[i];
-    if (uses.forget(b, /*synchronize=*/true) != CUDA_SUCCESS) {
-      all = false;
-      continue;
+    if (!all && uses.recorded(b) != 0) continue;  // its uses cannot be waited for: it stays
+    // A resident member's chunk stays mapped at its VA (not a spilled
+    // member's: its VA is on its host copy, which goes).
+    if (park && b->dev != 0 && !b->va_on_host) {
+      pg.chunks[i] = std::exchange(b->dev, 0);
+      pg.chunk_bytes += b->mapped;
     }
     destroy_member(b);
     members[i] = nullptr;
   }
   if (!all) return CUDA_SUCCESS;
+  std::vector<ParkedGroup> evicted;
+  {
+    auto l = blocks.lock();
+    if (park) {
+      pg.va = g->va;
+      pg.bytes = g->bytes;
+      pg.mapped = g->mapped;
+      pg.unit = g->unit;
+      park = parked.park(pg, &evicted);
+    }
+    if (park) groups.give(g, l);
+  }
+  for (ParkedGroup& old : evicted) release_parked_group(old);
+  if (park) return CUDA_SUCCESS;
+  if (!pg.chunks.empty()) {  // no memory to park it: as if never parked
+    pg.va = g->va;
+    pg.mapped = g->mapped;
+    pg.unit = g->unit;
+    (void)unmap_parked_chunks(pg, 0, /*release=*/false);
+  }
   arena.free_address(g->va, g->mapped);
   auto l = blocks.lock();
   groups.give(g, l);
   return CUDA_SUCCESS;
+}
+
+std::uint64_t Allocator::Parts::release_parked(std::uint64_t bytes) noexcept {
+  std::vector<ParkedGroup> out;
+  std::uint64_t sum = 0;
+  {
+    auto l = blocks.lock();
+    while (sum < bytes && parked.take_oldest(&out)) sum += out.back().chunk_bytes;
+  }
+  for (ParkedGroup& pg : out) release_parked_group(pg);
+  return sum;
+}
+
+void Allocator::Parts::release_parked_group(ParkedGroup& pg) noexcept {
+  if (unmap_parked_chunks(pg, 0, /*release=*/true)) arena.free_address(pg.va, pg.mapped);
+  pg.chunks.clear();
+  pg.chunk_bytes = 0;
+}
+
+bool Allocator::Parts::unmap_parked_chunks(ParkedGroup& pg, std::size_t from, bool release) noexcept {
+  bool all = true;
+  for (std::size_t i = from; i < pg.chunks.size(); ++i) {
+    const CUmemGenericAllocationHandle h = std::exchange(pg.chunks[i], 0);
+    if (h == 0) continue;
+    // A chunk the VA could not be taken off stays mapped there, with the range.
+    if (DeviceArena::unmap(pg.va + i * pg.unit, pg.member_bytes(i)) != CUDA_SUCCESS) {
+      all = false;
+      continue;
+    }
+    if (release) arena.release_chunk(h, pg.member_bytes(i));
+    else arena.give_chunk(h, pg.member_bytes(i));
+  }
+  return all;
 }
 
 void Allocator::Parts::destroy_member(Block* b) noexcept {

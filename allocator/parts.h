@@ -19,6 +19,7 @@
 #include "block_states.h"
 #include "device_arena.h"
 #include "group_pool.h"
+#include "parked_groups.h"
 #include "host_backing.h"
 #include "mover.h"
 #include "slab_pools.h"
@@ -53,6 +54,16 @@ struct Allocator::Parts final : Reclaimer, ChunkDonors {
   bool grouping() const noexcept;
   CUresult allocate_group(CUdeviceptr* out, std::size_t bytes) noexcept;
   CUresult free_group(Group* g, CUdeviceptr p) noexcept;
+  // Parked groups (parked_groups.h) released, oldest first, until their
+  // chunks held `bytes` (or all); the bytes released.
+  std::uint64_t release_parked(std::uint64_t bytes) noexcept;
+  // Unmaps and releases its chunks (their bytes go back to the budget) and
+  // frees its range.
+  void release_parked_group(ParkedGroup& pg) noexcept;
+  // Unmaps its chunks from member `from` on, each to the spares (`release`:
+  // back to the driver, its bytes to the budget); false when one could not
+  // be unmapped (it stays mapped there, and the range with it).
+  bool unmap_parked_chunks(ParkedGroup& pg, std::size_t from, bool release) noexcept;
   // An untouched member's first use: a device chunk mapped at its VA, the
   // member RESIDENT (or another thread did it meanwhile). Without the lock.
   // `host_if_full`: for its group's first launch, on the host where the
@@ -98,6 +109,7 @@ struct Allocator::Parts final : Reclaimer, ChunkDonors {
   SlabPools slabs{arena, uses};
   std::unique_ptr<Mover> mover;
   GroupPool groups;  // guarded by alloc.blocks
+  ParkedGroups parked;  // guarded by alloc.blocks
   std::uint64_t live_groups = 0, untouched_bytes = 0;  // guarded by alloc.blocks
   std::uint64_t steps_ended = 0;                       // guarded by alloc.blocks
 

@@ -67,6 +67,7 @@ bool Allocator::Parts::spill_coldest(std::uint64_t bytes) noexcept {
 
 std::uint64_t Allocator::Parts::trim(std::uint64_t bytes) noexcept {
   std::uint64_t sum = arena.release_spares(bytes);  // nothing uses them
+  if (sum < bytes) sum += release_parked(bytes - sum);  // nor these (a freed group's, kept)
   std::vector<Block*> victims;
   std::optional<BlockStates::Claim> releasing;  // other rescues wait for this memory
   if (sum < bytes) {

@@ -138,10 +138,10 @@ void write_text(FILE* f, const Report& r) {
   else
     std::fprintf(f, "  prefetch hit rate       %10.1f %% of %llu planned (%llu late; launches waited %.2f ms)\n", rate,
                  ull(t.planned_prefetches), ull(t.late_fetches), ms(r.late_ns));
-  if (s.groups || s.fenced_moves)
-    std::fprintf(f, "  granule groups          %10llu now, %.1f MiB never used; %llu moves fenced, %llu launches "
-                 "waited for one (%.2f ms)\n", ull(s.groups), mib(s.untouched_bytes), ull(s.fenced_moves),
-                 ull(s.fence_waits), ms(s.fence_wait_ns));
+  if (s.groups || s.fenced_moves || s.parked_group_bytes)
+    std::fprintf(f, "  granule groups          %10llu now, %.1f MiB never used, %.1f MiB kept from freed ones; %llu "
+                 "moves fenced, %llu launches waited for one (%.2f ms)\n", ull(s.groups), mib(s.untouched_bytes),
+                 mib(s.parked_group_bytes), ull(s.fenced_moves), ull(s.fence_waits), ms(s.fence_wait_ns));
   std::fprintf(f, "  link, measured          %10.2f GB/s device to host, %.2f GB/s host to device%s\n",
                static_cast<double>(t.d2h_bytes_per_s) / 1e9, static_cast<double>(t.h2d_bytes_per_s) / 1e9,
                t.d2h_bytes_per_s || t.h2d_bytes_per_s ? "" : " (nothing copied)");
@@ -218,9 +218,10 @@ void write_json(FILE* f, const Report& r) {
                ull(t.bytes_fetched), ull(r.freed_spilled),
                ull(s.bytes[static_cast<int>(alloc::State::Spilled)]), ull(t.planned_prefetches), ull(t.late_fetches),
                json_rate(hit_rate(t.planned_prefetches, t.late_fetches)).c_str(), ull(r.late_ns));
-  std::fprintf(f, "  \"granule_groups\": {\"live\": %llu, \"unused_bytes\": %llu, \"fenced_moves\": %llu, "
-               "\"fence_waits\": %llu, \"fence_wait_ns\": %llu},\n", ull(s.groups), ull(s.untouched_bytes),
-               ull(s.fenced_moves), ull(s.fence_waits), ull(s.fence_wait_ns));
+  std::fprintf(f, "  \"granule_groups\": {\"live\": %llu, \"unused_bytes\": %llu, \"parked_bytes\": %llu, "
+               "\"fenced_moves\": %llu, \"fence_waits\": %llu, \"fence_wait_ns\": %llu},\n", ull(s.groups),
+               ull(s.untouched_bytes), ull(s.parked_group_bytes), ull(s.fenced_moves), ull(s.fence_waits),
+               ull(s.fence_wait_ns));
   std::fprintf(f, "  \"link\": {\"d2h_bytes_per_s\": %llu, \"h2d_bytes_per_s\": %llu},\n", ull(t.d2h_bytes_per_s),
                ull(t.h2d_bytes_per_s));
   std::fprintf(f, "  \"allocations\": {\"tracked\": %llu, \"driver\": %llu, \"cache_hits\": %llu},\n",

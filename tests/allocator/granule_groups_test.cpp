@@ -341,6 +341,95 @@ TEST_F(Groups, AGroupIsFreedWholeOnceAndOnlyByItsStart) {
   CU_OK(a_->free(q, nullptr));
 }
 
+// A freed group keeps its resident members' chunks mapped for the next
+// allocation of its size (parked_groups.h): XLA allocates its step's
+// temporaries anew each step.
+TEST_F(Groups, AGroupFreedIsParkedAndTheNextOfItsSizeTakesItsResidentMembersBack) {
+  two_members(/*spill_m1=*/true);  // member 0 resident, member 1 spilled, the rest untouched
+  const std::uint64_t host_before_free = a_->stats().host_used;
+  CU_OK(a_->free(p_, nullptr));
+  Stats s = a_->stats();
+  EXPECT_EQ(s.parked_group_bytes, 4 * MiB) << "member 0's chunk is kept; a spilled or untouched member keeps none";
+  EXPECT_LT(s.host_used, host_before_free) << "the spilled member's host copy went";
+  EXPECT_EQ(s.groups, 0u);
+  EXPECT_EQ(a_->lookup(p_), nullptr) << "a parked range names no block";
+  EXPECT_FALSE(a_->owns(p_ + 4 * MiB));
+  // Another size does not take it.
+  CUdeviceptr other = 0;
+  CU_OK(a_->allocate(&other, 68 * MiB, nullptr));
+  EXPECT_NE(other, p_);
+  EXPECT_EQ(a_->stats().parked_group_bytes, 4 * MiB);
+  CU_OK(a_->free(other, nullptr));
+  // The same size: the same range, member 0 resident at once.
+  CUdeviceptr q = 0;
+  CU_OK(a_->allocate(&q, 64 * MiB, nullptr));
+  EXPECT_EQ(q, p_);
+  Block* m0 = a_->lookup(q);
+  Block* m1 = a_->lookup(q + 4 * MiB);
+  ASSERT_NE(m0, nullptr);
+  ASSERT_NE(m1, nullptr);
+  EXPECT_EQ(m0->st(), State::Resident);
+  EXPECT_FALSE(m0->untouched.load());
+  EXPECT_TRUE(m1->untouched.load()) << "a member spilled at the free starts untouched, as in a new group";
+  s = a_->stats();
+  EXPECT_EQ(s.untouched_bytes, 60 * MiB);
+  EXPECT_EQ(s.groups, 1u);
+  // Both hold what is written to them now, member 0 through its kept chunk.
+  CU_OK(fill(*a_, m0, nullptr, 21));
+  CU_OK(fill(*a_, m1, nullptr, 22));
+  std::vector<std::uint8_t> got;
+  CU_OK(read(*a_, m0, &got));
+  EXPECT_EQ(got, expected(4 * MiB, 21));
+  CU_OK(read(*a_, m1, &got));
+  EXPECT_EQ(got, expected(4 * MiB, 22));
+  // And a spill and fetch of the member whose chunk was kept.
+  a_->drain();
+  ASSERT_EQ(a_->spill(m0), SpillResult::Started);
+  a_->drain();
+  ASSERT_EQ(m0->st(), State::Spilled);
+  CU_OK(read(*a_, m0, &got));
+  EXPECT_EQ(got, expected(4 * MiB, 21));
+  CU_OK(a_->free(q, nullptr));
+}
+
+// Parked chunks hold budget as spares do: a reservation that does not fit
+// releases them before it spills a live block.
+TEST(GroupsParked, TheRescueReleasesAParkedGroupBeforeItSpillsAnything) {
+  Env::get().bind();
+  Options o;
+  o.mode = SpillMode::Remap;
+  o.group_bytes = 64 * MiB;
+  o.group_unit = 4 * MiB;
+  o.device_budget = 64 * MiB;
+  CUresult r = CUDA_SUCCESS;
+  auto a = Allocator::create(o, &r);
+  ASSERT_EQ(r, CUDA_SUCCESS) << drv::result_name(r);
+  CUdeviceptr live = 0, g = 0, big = 0;
+  CU_OK(a->allocate(&live, 16 * MiB, nullptr));  // a block that could be spilled
+  Block* b = a->lookup(live);
+  CU_OK(fill(*a, b, nullptr, 5));
+  CU_OK(a->allocate(&g, 64 * MiB, nullptr));
+  for (int i = 0; i < 8; ++i) CU_OK(fill(*a, a->lookup(g + i * 4 * MiB), nullptr, i));  // 32 MiB resident
+  CU_OK(cuStreamSynchronize(nullptr));
+  a->drain();
+  CU_OK(a->free(g, nullptr));
+  ASSERT_EQ(a->stats().parked_group_bytes, 32 * MiB);
+  // 16 + 32 held of 64: 32 MiB more does not fit until the parked group goes.
+  const std::uint64_t spills = a->stats().spills;
+  CU_OK(a->allocate(&big, 32 * MiB, nullptr));
+  a->drain();
+  const Stats s = a->stats();
+  EXPECT_EQ(s.parked_group_bytes, 0u);
+  EXPECT_EQ(s.spills, spills) << "a live block was spilled while a parked group held memory";
+  EXPECT_EQ(b->st(), State::Resident);
+  EXPECT_LE(s.device_used, 64 * MiB);
+  std::vector<std::uint8_t> got;
+  CU_OK(read(*a, b, &got));
+  EXPECT_EQ(got, expected(16 * MiB, 5));
+  CU_OK(a->free(big, nullptr));
+  CU_OK(a->free(live, nullptr));
+}
+
 TEST_F(Groups, AGroupLargerThanTheDeviceWorksWhereItIsUsed) {
   size_t device = 0;
   CU_OK(cuDeviceTotalMem(&device, Env::get().dev));

@@ -96,6 +96,7 @@ struct Stats {
   // Granule groups: live groups, and their members' bytes never used (no
   // device or host memory behind them; counted in no state above).
   std::uint64_t groups = 0, untouched_bytes = 0;
+  std::uint64_t parked_group_bytes = 0;  // device chunks freed groups keep for the next of their size
   std::uint64_t group_steps = 0;  // steps after which the groups' boundaries turned (step_ended)
   // Their fences (block.h, Group): member moves that raised one, launches
   // that found one up and waited on the host, and how long they waited.
