@@ -240,6 +240,10 @@ CUresult Allocator::Parts::free_group(Group* g, CUdeviceptr p) noexcept {
   for (std::uint32_t i = 0; i < count; ++i) all &= uses.forget(members[i], /*synchronize=*/true) == CUDA_SUCCESS;
   // Parked only whole: every use of every member is over.
   ParkedGroup pg;
+  pg.va = g->va;
+  pg.bytes = g->bytes;
+  pg.mapped = g->mapped;
+  pg.unit = g->unit;
   bool park = all;
   if (park) {
     try {
@@ -264,23 +268,12 @@ CUresult Allocator::Parts::free_group(Group* g, CUdeviceptr p) noexcept {
   std::vector<ParkedGroup> evicted;
   {
     auto l = blocks.lock();
-    if (park) {
-      pg.va = g->va;
-      pg.bytes = g->bytes;
-      pg.mapped = g->mapped;
-      pg.unit = g->unit;
-      park = parked.park(pg, &evicted);
-    }
+    if (park) park = parked.park(pg, &evicted);
     if (park) groups.give(g, l);
   }
   for (ParkedGroup& old : evicted) release_parked_group(old);
   if (park) return CUDA_SUCCESS;
-  if (!pg.chunks.empty()) {  // no memory to park it: as if never parked
-    pg.va = g->va;
-    pg.mapped = g->mapped;
-    pg.unit = g->unit;
-    (void)unmap_parked_chunks(pg, 0, /*release=*/false);
-  }
+  (void)unmap_parked_chunks(pg, 0, /*release=*/false);  // no memory to park it: as if never parked
   arena.free_address(g->va, g->mapped);
   auto l = blocks.lock();
   groups.give(g, l);

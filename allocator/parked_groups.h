@@ -75,7 +75,6 @@ class ParkedGroups {
     return true;
   }
   std::uint64_t bytes() const noexcept { return bytes_; }
-  bool empty() const noexcept { return parked_.empty(); }
 
  private:
   std::deque<ParkedGroup> parked_;  // oldest first

@@ -350,7 +350,6 @@ void PolicyThread::adapt_clock(std::uint64_t steps, std::uint64_t mispredictions
   const unsigned shift = clock_shift_.load(std::memory_order_relaxed);
   if (missed || steps < 2 || recorder_ != nullptr) clock_shift_.store(0, std::memory_order_relaxed);
   else if (shift < DeviceClock::kMaxShift) clock_shift_.store(shift + 1, std::memory_order_relaxed);
-  clock_step_ = steps;
   clock_mispredictions_ = mispredictions;
   clock_alarm_ = false;
 }
@@ -359,7 +358,7 @@ void PolicyThread::publish() {
   const std::uint64_t mispredicted = policy_->planner().mispredictions();
   mispredictions_.store(mispredicted, std::memory_order_relaxed);
   const std::uint64_t steps = policy_->steps_completed();
-  if (steps != clock_step_) adapt_clock(steps, mispredicted);
+  if (steps != steps_turned_) adapt_clock(steps, mispredicted);
   // A step found without markers ended: the granule groups' boundaries turn
   // with it, as tierrt_mark_step turns them (Engine::note_step).
   if (steps != steps_turned_ && acts_ && !policy_->steps_marked()) allocator_.step_ended();

@@ -234,10 +234,10 @@ class PolicyThread {
   std::size_t samples_read_ = 0;        // of samples_
   std::uint64_t last_sample_ = UINT64_MAX;
   // The clock's period is kEvery << clock_shift_ (written by this thread,
-  // read by every launch); it adapts at each step's end (adapt_clock).
+  // read by every launch); it adapts at each step's end (adapt_clock, when
+  // steps_completed() passes steps_turned_).
   std::atomic<unsigned> clock_shift_{0};
-  std::uint64_t clock_step_ = 0;             // steps_completed() at the last adaptation
-  std::uint64_t clock_mispredictions_ = 0;   // the planner's count then
+  std::uint64_t clock_mispredictions_ = 0;   // the planner's count at the last step's end
   bool clock_alarm_ = false;                 // a demand fetch or late prefetch since
   double device_launch_ns_ = 0;         // running mean of a launch's device time; 0: none yet
   const bool acts_;
