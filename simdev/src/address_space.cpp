@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstdio>
 
+#include "huge_pages.h"
 #include "phys_pool.h"
 #include "state.h"
 #include "unmap_reaper.h"
@@ -329,6 +330,7 @@ CUresult AddressSpace::map(uint64_t va, uint64_t size, uint64_t offset, CUmemGen
     void* p = mmap(reinterpret_cast<void*>(va), size, PROT_NONE, MAP_SHARED | MAP_FIXED, phys->fd,
                    static_cast<off_t>(offset));
     if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+    ask_for_huge_pages(p, size);
   }
   Mapping m;
   m.va = va;
@@ -362,8 +364,11 @@ bool AddressSpace::take_ghost_back(Mapping& m) {
   // The same memory afresh: its pages fault in again.
   m.filled.v.store(false);
   m.applied_prot = PROT_NONE;
-  return mmap(reinterpret_cast<void*>(m.va), m.size, PROT_NONE, MAP_SHARED | MAP_FIXED, m.phys->fd,
-              static_cast<off_t>(m.offset)) != MAP_FAILED;
+  void* p = mmap(reinterpret_cast<void*>(m.va), m.size, PROT_NONE, MAP_SHARED | MAP_FIXED, m.phys->fd,
+                 static_cast<off_t>(m.offset));
+  if (p == MAP_FAILED) return false;
+  ask_for_huge_pages(p, m.size);
+  return true;
 }
 
 CUresult AddressSpace::unmap(uint64_t va, uint64_t size) {
@@ -486,13 +491,17 @@ CUresult AddressSpace::mem_alloc(uint64_t size, int device, const void* owner, u
   if (!phys) return err;
   std::unique_lock lock(mu_);
   uint64_t base = 0;
-  if (CUresult e = alloc_va(bytes + kMemAllocGuard, kPage, 0, &base)) return e;
+  // Large allocations start on a 2 MiB boundary, as the driver's do, so
+  // that they can be given 2 MiB pages.
+  const uint64_t alignment = bytes >= kHugePage ? kHugePage : kPage;
+  if (CUresult e = alloc_va(bytes + kMemAllocGuard, alignment, 0, &base)) return e;
   void* p = mmap(reinterpret_cast<void*>(base), bytes, PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
   if (p == MAP_FAILED) {
     free_va(base, bytes + kMemAllocGuard);
     return CUDA_ERROR_OUT_OF_MEMORY;
   }
+  ask_for_huge_pages(p, bytes);
   Reservation r;
   r.size = bytes + kMemAllocGuard;
   r.user_size = size;

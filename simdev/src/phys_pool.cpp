@@ -1,5 +1,7 @@
 #include "phys_pool.h"
 
+#include "huge_pages.h"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -79,7 +81,8 @@ int PhysPool::take_fd(uint64_t size, bool* resident) {
     return -1;
   }
   if (room) {
-    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    // Its pages are allocated here: as 2 MiB pages where shmem gives them.
+    void* p = map_shared_huge(fd, size);
     if (p != MAP_FAILED) {
       populate(p, size);
       munmap(p, size);  // the pages stay with the memfd
@@ -124,6 +127,7 @@ void* PhysPool::take_host(uint64_t size, bool* resident) {
   }
   void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED) p = nullptr;
+  if (p != nullptr) ask_for_huge_pages(p, size);
   if (p != nullptr && room) {
     populate(p, size);
     *resident = true;
