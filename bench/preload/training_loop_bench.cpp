@@ -70,6 +70,18 @@ using Result = std::map<std::string, double>;
 
 std::string mib_text(std::size_t bytes) { return std::to_string(bytes / kMiB) + "MiB"; }
 
+// Whether Linux gives shared memory 2 MiB pages, which simdev asks for: with
+// 4 KiB pages, a VM with shadow paging traps on each first access of a new
+// mapping, and copies into memory just mapped run far below the link.
+bool shared_memory_has_huge_pages() {
+  std::FILE* f = std::fopen("/sys/kernel/mm/transparent_hugepage/shmem_enabled", "r");
+  if (f == nullptr) return true;  // nothing to say
+  char line[128] = {};
+  const bool read = std::fgets(line, sizeof line, f) != nullptr;
+  std::fclose(f);
+  return !read || std::strstr(line, "[never]") == nullptr;
+}
+
 // What each variant sets itself; the rest of our environment passes through,
 // so TIERRT_SPILL_MODE=copy or TIERRT_STATS=- reach the tierrt variants.
 constexpr const char* kVariantKeys[] = {"LD_PRELOAD",      "SIMDEV_MEM",           "SIMDEV_H2D_GBPS",
@@ -300,8 +312,12 @@ void print_table(std::uint32_t kernel_us) {
     // faults), not by the link: a cost of the simulation as much as tierrt's.
     const double slowest = std::min(r->at("d2h"), r->at("h2d")) / 1e9;
     if (slowest > 0 && slowest < inv.args.shape.link_gbps / 2)
-      std::printf("  note: under half the modeled %g GB/s: these copies were host-bound, not link-bound\n",
-                  inv.args.shape.link_gbps);
+      std::printf("  note: under half the modeled %g GB/s: these copies were host-bound, not link-bound%s\n",
+                  inv.args.shape.link_gbps,
+                  shared_memory_has_huge_pages() ? ""
+                                                 : " (simdev's memory has 4 KiB pages here: "
+                                                   "/sys/kernel/mm/transparent_hugepage/shmem_enabled is never; "
+                                                   "see simdev/README.md)");
   }
 }
 
