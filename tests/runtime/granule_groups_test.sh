@@ -51,8 +51,9 @@ for probe in xla caching; do
   run "$probe-granule" "$exe" TIERRT_DEVICE_BUDGET="$budget" TIERRT_GRANULE_BYTES=64MiB \
     TIERRT_STATS="$probe-granule.json" TIERRT_RECORD="$probe-granule.trace"
   # Granule groups with the whole device: what mapping an allocation per
-  # granule costs before anything moves (on simdev, 4 KiB pages faulted in
-  # at each new mapping, which a GPU's 2 MiB pages do not cost).
+  # granule costs before anything moves (on simdev, pages faulted in at each
+  # new mapping: 4 KiB ones where Linux gives shared memory no 2 MiB pages,
+  # which a GPU's 2 MiB pages do not cost).
   run "$probe-granule-untiered" "$exe" TIERRT_DEVICE_BUDGET=512MiB TIERRT_GRANULE_BYTES=64MiB
   per_block=$(cat "$probe-per-block.line") grouped=$(cat "$probe-granule.line")
   grouped_untiered=$(cat "$probe-granule-untiered.line")
