@@ -491,8 +491,10 @@ CUresult AddressSpace::mem_alloc(uint64_t size, int device, const void* owner, u
   if (!phys) return err;
   std::unique_lock lock(mu_);
   uint64_t base = 0;
-  // Large allocations start on a 2 MiB boundary, as the driver's do, so
-  // that they can be given 2 MiB pages.
+  // Large allocations start on a 2 MiB boundary so that shmem can give them
+  // 2 MiB pages (the VA and the offset must agree modulo 2 MiB). The driver
+  // promises less (memory "suitably aligned for any kind of variable",
+  // cuMemAlloc); nothing in tierrt relies on more.
   const uint64_t alignment = bytes >= kHugePage ? kHugePage : kPage;
   if (CUresult e = alloc_va(bytes + kMemAllocGuard, alignment, 0, &base)) return e;
   void* p = mmap(reinterpret_cast<void*>(base), bytes, PROT_READ | PROT_WRITE,

@@ -106,11 +106,11 @@ CUresult AddressSpace::ipc_export(uint64_t base, int* fd, uint64_t* bytes, uint6
     std::memcpy(staging, reinterpret_cast<void*>(m.va), m.size);
     munmap(staging, m.size);
     void* p = mmap(reinterpret_cast<void*>(m.va), m.size, m.applied_prot, MAP_SHARED | MAP_FIXED, mfd, 0);
-    if (p != MAP_FAILED) ask_for_huge_pages(p, m.size);
     if (p == MAP_FAILED) {
       close(mfd);
       return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    ask_for_huge_pages(p, m.size);
     phys.fd = mfd;
     phys.resident = false;
   }
@@ -144,12 +144,12 @@ CUresult AddressSpace::ipc_open(int fd, uint64_t bytes, uint64_t key, int device
     return e;
   }
   void* p = mmap(reinterpret_cast<void*>(base), bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
-  if (p != MAP_FAILED) ask_for_huge_pages(p, bytes);
   if (p == MAP_FAILED) {
     close(fd);
     free_va(base, bytes);
     return CUDA_ERROR_MAP_FAILED;
   }
+  ask_for_huge_pages(p, bytes);
   auto phys = std::make_shared<PhysAlloc>();
   phys->fd = fd;
   phys->size = bytes;

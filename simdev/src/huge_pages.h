@@ -3,8 +3,8 @@
 // A GPU maps device memory with 2 MiB pages and builds its page tables when
 // the memory is mapped: a kernel or copy into memory just mapped runs at
 // full speed. simdev's memory is host memory at the same VA, and Linux maps
-// it 4 KiB at a time on first access. On bare metal that costs ~0.1 µs a
-// page; under shadow paging (some VMs' nested page tables) every first
+// it 4 KiB at a time on first access. On bare metal that is cheap; under
+// shadow paging (some VMs' nested page tables) every first
 // access of a 4 KiB page at a new mapping traps to the hypervisor, several
 // µs each, and that cost would land inside a modeled copy or kernel (an
 // 8 MiB copy into a fresh mapping: ~20 ms instead of 0.5). With 2 MiB pages

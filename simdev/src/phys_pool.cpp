@@ -1,11 +1,11 @@
 #include "phys_pool.h"
 
-#include "huge_pages.h"
-
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include <cerrno>
+
+#include "huge_pages.h"
 
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23  // Linux 5.14
