@@ -1,6 +1,7 @@
 #include "policies/policy_engine.hpp"
 
 #include <algorithm>
+#include <cassert>
 
 #include "policies/lifetime_classifier.hpp"
 
@@ -30,6 +31,9 @@ void PolicyEngine::record(const Event& e) {
     begin_step();
     return;
   }
+  // At a launch's end (the next event that is not one of its uses), so that
+  // what is let go holds whole launches.
+  if (e.kind != EventKind::Use && events_.size() >= options_.max_step_events) let_go_of_overlong_step();
   const auto index = static_cast<std::uint32_t>(events_.size());
   append(e);
   scratch_.clear();  // reused: no allocation per event once warm
@@ -51,7 +55,23 @@ void PolicyEngine::record(const Event& e) {
     try_detect_steps();
 }
 
+// What the buffer held stays known only by the blocks it left live, as the
+// set-up before a first marker does. With markers the next one opens a step
+// (this one is not learned); without, the period is looked for afresh.
+void PolicyEngine::let_go_of_overlong_step() {
+  tokenizer_.finish(scratch_);  // the launch it held open goes with the rest
+  scratch_.clear();
+  for (const Event& e : events_) track_live(live_at_step_begin_, e);
+  rebased_ += events_.size();
+  ++overlong_steps_;
+  step_open_ = false;
+  next_detect_ = 0;
+  begin_step(/*plan=*/false);
+}
+
 void PolicyEngine::append(const Event& e) {
+  // A launch's uses may pass the limit; a step is let go of before anything else would.
+  assert(e.kind == EventKind::Use || events_.size() < options_.max_step_events);
   events_.push_back(e);
   if (e.kind == EventKind::Alloc) {
     ordinal_by_block_[e.a] = static_cast<std::uint32_t>(by_ordinal_.size());
@@ -226,7 +246,7 @@ void PolicyEngine::close_step(std::size_t end_event) {
   ++steps_completed_;
 }
 
-void PolicyEngine::begin_step() {
+void PolicyEngine::begin_step(bool plan) {
   events_.clear();
   tokens_.clear();
   by_ordinal_.clear();
@@ -248,7 +268,7 @@ void PolicyEngine::begin_step() {
   plans_.clear();
   candidates_.clear();
   followed_ = kNotFollowing;
-  if (steps_completed_ == 0) return;
+  if (steps_completed_ == 0 || !plan) return;
   plans_ = planner_.plan_step(options_.budget, options_.link);
   // A plan is followed only through alignment, which needs what each of its tokens is about.
   followers_.reserve(plans_.size());

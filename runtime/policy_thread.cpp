@@ -181,6 +181,13 @@ void PolicyThread::handle(const Message& m, std::uint64_t ns) {
   } else {
     report_late_fetch(std::get<LateFetch>(m));
   }
+  if (!told_overlong_ && policy_->overlong_steps() != 0) {
+    told_overlong_ = true;
+    TIERRT_LOG(Warn,
+               "a step ran past %zu events (launches, the blocks they name, allocations) and is not learned: "
+               "blocks move reactively until a shorter step comes (tierrt_mark_step marks where steps end)",
+               policy_->max_step_events());
+  }
 }
 
 void PolicyThread::handle_launch(const LaunchUses& l, std::uint64_t ns) {

@@ -13,6 +13,7 @@
 #include <benchmark/benchmark.h>
 #include <cuda.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <thread>
@@ -57,6 +58,11 @@ const Setup& setup() {
 }
 
 constexpr size_t kBlockBytes = 2u << 20;
+
+double median(std::vector<double> v) {
+  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+  return v[v.size() / 2];
+}
 
 // Whether n live blocks fit on the device (simdev's holds 4 GiB unless
 // SIMDEV_MEM says more; the blocks are never touched, so a larger one costs
@@ -167,7 +173,11 @@ bool as_weights(const Setup& s, void** params) {
 // rounds of 256 so that both see the same machine; the counters give the
 // difference and the ratio from this one run. Each round queues behind a
 // busy kernel, so that simdev's own enqueue costs the same in both halves
-// (into an idle stream its worker races the launching thread).
+// (into an idle stream its worker races the launching thread). The figures
+// are medians over the rounds: a round in which the launching thread lost
+// its core to another (on a small machine, simdev's worker and tierrt's
+// policy thread share two) counts as one round, not as its length; the
+// means are there too ("_mean").
 // weights:0 names blocks not yet classified (as an activation would be:
 // each launch records its use event); weights:1 names blocks the policy
 // found persistent, whose launches share their stream's use event (lazy use
@@ -185,8 +195,10 @@ void BM_LaunchHookAdded(benchmark::State& st) {
   const std::uint64_t events_before = s.engine->allocator_stats().use_events;
   auto call = [&] { return TIERRT_CU(cuLaunchKernel, s.f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr); };
   constexpr int kRound = 256;
-  double direct_ns = 0, hooked_ns = 0;
-  std::uint64_t rounds = 0;
+  std::vector<double> direct, hooked, added;  // per launch, one entry per round
+  direct.reserve(st.max_iterations);
+  hooked.reserve(st.max_iterations);
+  added.reserve(st.max_iterations);
   using Clock = std::chrono::steady_clock;
   auto busy = [&] {
     st.PauseTiming();
@@ -194,32 +206,37 @@ void BM_LaunchHookAdded(benchmark::State& st) {
     if (TIERRT_CU(cuLaunchKernel, s.busy, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr)) std::abort();
     st.ResumeTiming();
   };
-  for (auto _ : st) {
+  auto per_launch_ns = [&](bool through_hook) {
     busy();
     const auto t0 = Clock::now();
     for (int i = 0; i < kRound; ++i)
-      if (call()) std::abort();
-    const auto t1 = Clock::now();
-    busy();
-    const auto t2 = Clock::now();
-    for (int i = 0; i < kRound; ++i)
-      if (s.engine->launch(s.f, nullptr, params, nullptr, call)) std::abort();
-    const auto t3 = Clock::now();
-    direct_ns += std::chrono::duration<double, std::nano>(t1 - t0).count();
-    hooked_ns += std::chrono::duration<double, std::nano>(t3 - t2).count();
-    ++rounds;
+      if (through_hook ? s.engine->launch(s.f, nullptr, params, nullptr, call) : call()) std::abort();
+    return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kRound;
+  };
+  for (auto _ : st) {
+    // Which half goes first alternates, so that neither always follows the other.
+    const bool hook_first = (direct.size() & 1) != 0;
+    const double first = per_launch_ns(hook_first), second = per_launch_ns(!hook_first);
+    direct.push_back(hook_first ? second : first);
+    hooked.push_back(hook_first ? first : second);
+    added.push_back(hooked.back() - direct.back());
   }
   cuCtxSynchronize();
-  const double n = static_cast<double>(rounds * kRound);
-  if (n > 0) {
-    st.counters["direct_ns"] = direct_ns / n;
-    st.counters["hooked_ns"] = hooked_ns / n;
-    st.counters["added_ns"] = (hooked_ns - direct_ns) / n;
-    st.counters["hooked_over_direct"] = direct_ns > 0 ? hooked_ns / direct_ns : 0;
-    st.counters["clock_period"] = clock_period(s);
-    st.counters["events_per_launch"] =
-        static_cast<double>(s.engine->allocator_stats().use_events - events_before) / n;
-  }
+  if (direct.empty()) return;
+  auto mean = [](const std::vector<double>& v) {
+    double sum = 0;
+    for (double x : v) sum += x;
+    return sum / static_cast<double>(v.size());
+  };
+  const double direct_mean = mean(direct), hooked_mean = mean(hooked);
+  st.counters["direct_ns"] = median(direct);
+  st.counters["hooked_ns"] = median(hooked);
+  st.counters["added_ns"] = median(added);
+  st.counters["added_mean_ns"] = hooked_mean - direct_mean;
+  st.counters["hooked_over_direct"] = direct_mean > 0 ? hooked_mean / direct_mean : 0;
+  st.counters["clock_period"] = clock_period(s);
+  st.counters["events_per_launch"] = static_cast<double>(s.engine->allocator_stats().use_events - events_before) /
+                                     static_cast<double>(hooked.size() * kRound);
 }
 
 // A launch naming one spilled block of st.range(0) bytes: the block is

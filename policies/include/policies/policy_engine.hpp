@@ -47,6 +47,13 @@ class PolicyEngine {
     std::uint64_t budget = 0;
     LinkModel link;
     PlannerOptions planner;
+    // A step is learned from the events it buffers (each launch, each block
+    // it names, each allocation and free: 24 bytes each, and a token per
+    // launch). A step longer than this is not learned: its events are let go
+    // and, until the next step begins, the reactive path is in charge. Without
+    // it a job that stops marking steps, or whose launches never repeat, would
+    // grow the buffer for as long as it runs.
+    std::size_t max_step_events = std::size_t{1} << 22;
   };
 
   explicit PolicyEngine(Options options);
@@ -84,6 +91,11 @@ class PolicyEngine {
   // Whether the application marks its steps (tierrt_mark_step): else they are found.
   bool steps_marked() const { return markers_seen_; }
   const PlannerPolicy& planner() const { return planner_; }
+  // Steps let go for being longer than Options::max_step_events, and the
+  // events the current step holds (never more than that).
+  std::size_t overlong_steps() const { return overlong_steps_; }
+  std::size_t buffered_events() const { return events_.size(); }
+  std::size_t max_step_events() const { return options_.max_step_events; }
 
  private:
   void on_token(const Token& t);
@@ -92,8 +104,12 @@ class PolicyEngine {
   std::uint32_t position() const;  // the learned launch the next running launch stands for
   void restart_from(std::size_t split_event, std::size_t split_token);
   void close_step(std::size_t end_event);
-  void begin_step();
+  // `plan`: false where the step begins in the middle of what ran (after an
+  // overlong one was let go), where a plan aligned from there could hand out
+  // another part's triggers.
+  void begin_step(bool plan = true);
   void try_detect_steps();
+  void let_go_of_overlong_step();
   void append(const Event& e);  // to the current step, with its ordinal and launch count
 
   Options options_;
@@ -137,6 +153,7 @@ class PolicyEngine {
   std::size_t next_detect_ = 1024;            // buffer size at which to look for a period again
   std::size_t step_events_ = 0;               // events in the last step that followed the reference
   std::size_t rebased_ = 0;                   // events dropped from the front of events_ so far
+  std::size_t overlong_steps_ = 0;
 };
 
 }  // namespace tierrt::policy

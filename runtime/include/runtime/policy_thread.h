@@ -243,6 +243,7 @@ class PolicyThread {
   const bool acts_;
   bool failed_ = false;  // the policy threw: events are drained, nothing planned
   bool recalled_ = false;  // tiering stopped, and spilled blocks were called back
+  bool told_overlong_ = false;  // the log said once that a step was too long to learn
   std::atomic<bool> inject_exception_{false};
 
   // Triggers that could not be carried out yet, tried again at each launch.
