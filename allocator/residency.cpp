@@ -96,9 +96,8 @@ void Allocator::release(std::span<Block* const> blocks, bool announced) noexcept
   p_->blocks.pins_released();
 }
 
-CUresult Allocator::record_use(std::span<Block* const> blocks, CUstream stream, bool capturing, bool lazy,
-                               std::uint64_t now_ns) noexcept {
-  if (!capturing) return p_->uses.record(blocks, stream, lazy, now_ns);
+CUresult Allocator::record_use(std::span<Block* const> blocks, CUstream stream, bool capturing, bool lazy) noexcept {
+  if (!capturing) return p_->uses.record(blocks, stream, lazy);
   auto l = p_->blocks.lock();
   for (Block* b : blocks) b->captured = true;
   return CUDA_SUCCESS;

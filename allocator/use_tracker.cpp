@@ -138,10 +138,10 @@ std::size_t UseTracker::store_locked(std::span<Block* const> blocks, std::size_t
   return blocks.size();
 }
 
-CUresult UseTracker::record(std::span<Block* const> blocks, CUstream s, bool lazy, std::uint64_t now_ns) noexcept {
+CUresult UseTracker::record(std::span<Block* const> blocks, CUstream s, bool lazy) noexcept {
   if (!lazy || drv::is_per_thread_stream_key(s)) return record_now(blocks, s);
   // Null is the legacy stream, and an open-stream slot's "none".
-  return record_lazily(blocks, s == nullptr ? CU_STREAM_LEGACY : s, now_ns);
+  return record_lazily(blocks, s == nullptr ? CU_STREAM_LEGACY : s);
 }
 
 CUresult UseTracker::record_now(std::span<Block* const> blocks, CUstream s) noexcept {
@@ -184,11 +184,15 @@ CUresult UseTracker::record_now(std::span<Block* const> blocks, CUstream s) noex
   return waited;
 }
 
-bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream s, std::uint64_t now_ns) noexcept {
+bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream s) noexcept {
   OpenStream* st = open_stream(s);
   if (st == nullptr) return false;
-  // The window passed: the locked way records the event.
-  if (now_ns - st->recorded_ns.load(std::memory_order_relaxed) >= window_ns_) return false;
+  // The window passed: the locked way records the event. (Two threads on the
+  // stream may both look, or neither at a count: either way it is looked at
+  // again within kWindowCheckEvery uses.)
+  if (st->unlocked_uses.load(std::memory_order_relaxed) % kWindowCheckEvery == kWindowCheckEvery - 1 &&
+      steady_ns() - st->recorded_ns.load(std::memory_order_relaxed) >= window_ns_)
+    return false;
   // Read after the launch was enqueued: while the event is still open, its
   // record comes after the launch (record_open_locked clears open_now first).
   UseEvent* e = st->open_now.load(std::memory_order_seq_cst);
@@ -202,9 +206,9 @@ bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream
   return true;
 }
 
-CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s, std::uint64_t now_ns) noexcept {
-  if (now_ns == 0) now_ns = steady_ns();
-  if (record_lazily_unlocked(blocks, s, now_ns)) return CUDA_SUCCESS;
+CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s) noexcept {
+  if (record_lazily_unlocked(blocks, s)) return CUDA_SUCCESS;
+  const std::uint64_t now_ns = steady_ns();
   OpenStream* st = open_stream(s);
   if (st == nullptr && (st = claim_open_stream(s)) == nullptr) return record_now(blocks, s);
   std::unique_lock<RankedMutex> g(st->mu);

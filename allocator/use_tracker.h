@@ -81,9 +81,7 @@ class UseTracker {
   // returned. `lazy`: the uses share the stream's open event (see above);
   // the caller passes it only for a stream any thread of this context may
   // name (a named stream, or the legacy stream of the allocator's context).
-  // `now_ns`: the host's clock when the work went out, if the caller read it
-  // (0: read here when needed).
-  CUresult record(std::span<Block* const> blocks, CUstream s, bool lazy = false, std::uint64_t now_ns = 0) noexcept;
+  CUresult record(std::span<Block* const> blocks, CUstream s, bool lazy = false) noexcept;
   // Records `s`'s open event now, on `s`: before a capture begins on it or
   // it joins one, and before it is destroyed (`forget`: its slot in the
   // table is freed too).
@@ -191,10 +189,14 @@ class UseTracker {
   // An open event is recorded (a failed one becomes the unrecorded marker).
   void settle(UseSlot* u) noexcept;
   bool settle_event(UseEvent* e) noexcept;  // true once it is recorded
-  CUresult record_lazily(std::span<Block* const> blocks, CUstream s, std::uint64_t now_ns) noexcept;
+  CUresult record_lazily(std::span<Block* const> blocks, CUstream s) noexcept;
   // Every block holds `s`'s open event already, and the window has not
-  // passed: nothing to store, no lock.
-  bool record_lazily_unlocked(std::span<Block* const> blocks, CUstream s, std::uint64_t now_ns) noexcept;
+  // passed: nothing to store, no lock. The clock is read at every
+  // kWindowCheckEvery-th such use on the stream only: a read of it costs as
+  // much as the rest of this path (60 ns on a VM's paravirtual clock), so
+  // the window is seen passed that many launches late at most.
+  bool record_lazily_unlocked(std::span<Block* const> blocks, CUstream s) noexcept;
+  static constexpr std::uint64_t kWindowCheckEvery = 8;
   CUresult record_now(std::span<Block* const> blocks, CUstream s) noexcept;
 
   static constexpr int kMaxChain = 16;

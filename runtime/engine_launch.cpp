@@ -210,8 +210,7 @@ void Engine::after_use(const BlockList& blocks, CUstream key, bool capturing, bo
     (void)TIERRT_CU(cuStreamSynchronize, key);
   if (enqueued) {
     const bool lazy = !capturing && may_record_lazily(blocks, key);
-    if (lazy) blocks.set_went_out_ns(steady_ns());
-    alloc_->record_use(blocks.span(), key, capturing, lazy, blocks.went_out_ns());
+    alloc_->record_use(blocks.span(), key, capturing, lazy);
   }
   alloc_->release(blocks.span(), blocks.announced());
 }
@@ -252,7 +251,7 @@ void Engine::note_launch(const BlockList& blocks, CUstream key, bool capturing) 
   if (recorder_ && recorder_->events_on()) recorder_->launch(seq, sid, named);
   if (policy_) {
     // Under capture, timing the launch would put the clock's event into the graph.
-    policy_->post_launch(seq, sid, key, !capturing, named, blocks.went_out_ns());
+    policy_->post_launch(seq, sid, key, !capturing, named);
     // Prefetches armed for this launch go out from this thread, where the
     // engine's context is current (the mover's streams are its own), and
     // while no capture is open: a fetch's host waits fall back to calls a

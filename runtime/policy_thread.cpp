@@ -1,5 +1,7 @@
 #include "runtime/policy_thread.h"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -44,7 +46,7 @@ void PolicyThread::post(const policy::Event& e) noexcept {
 }
 
 void PolicyThread::post_launch(policy::LaunchSeq seq, policy::StreamId sid, CUstream stream, bool may_time,
-                               std::span<alloc::Block* const> named, std::uint64_t now_ns) noexcept {
+                               std::span<alloc::Block* const> named) noexcept {
   LaunchUses l;
   l.launch = policy::Event::launch(seq, 0, sid);
   l.timed = may_time && DeviceClock::due(seq, clock_shift_.load(std::memory_order_relaxed)) &&
@@ -52,7 +54,7 @@ void PolicyThread::post_launch(policy::LaunchSeq seq, policy::StreamId sid, CUst
   const std::size_t inline_uses = std::min(named.size(), kUsesPerSlot);
   for (std::size_t i = 0; i < inline_uses; ++i) l.blocks[i] = named[i]->va;
   l.count = static_cast<std::uint8_t>(inline_uses);
-  push(l, now_ns != 0 ? now_ns : steady_ns(), false);
+  push(l, clock_.ok() ? 0 : steady_ns(), false);
   for (alloc::Block* b : named.subspan(inline_uses)) push(policy::Event::use(b->va, seq, sid), 0, false);
 }
 
@@ -118,6 +120,7 @@ bool PolicyThread::take(Message* m, std::uint64_t* ns) noexcept {
 }
 
 void PolicyThread::run() {
+  pthread_setname_np(pthread_self(), "tierrt-policy");  // for top -H, gdb, profilers
   // Without the engine's context the device clock's reads come back lost and
   // the plan runs on modeled times: degraded, never wrong, so carry on.
   (void)TIERRT_CU(cuCtxSetCurrent, ctx_);

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -139,6 +140,7 @@ RunCounters RunMonitor::read_now() noexcept {
 }
 
 void RunMonitor::run() noexcept {
+  pthread_setname_np(pthread_self(), "tierrt-monitor");  // for top -H, gdb, profilers
   pollfd p{pipe_[0], POLLIN, 0};
   while (!stopping_.load()) {
     const int wait_ms = static_cast<int>(std::max<std::uint64_t>(1, kFirstPeriodNs / 1'000'000));

@@ -16,7 +16,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <thread>
+
+#include <sys/resource.h>
 #include <vector>
 
 #include "driver/driver.h"
@@ -58,6 +63,29 @@ const Setup& setup() {
 }
 
 constexpr size_t kBlockBytes = 2u << 20;
+
+// Time on a CPU of the threads named `name` (tierrt and simdev name theirs),
+// from the scheduler's own count (ns); 0 where /proc does not tell.
+std::uint64_t threads_cpu_ns(const char* name) {
+  std::uint64_t ns = 0;
+  std::error_code ec;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", ec)) {
+    std::ifstream comm(task.path() / "comm");
+    std::string n;
+    if (!std::getline(comm, n) || n != name) continue;
+    std::ifstream sched(task.path() / "schedstat");
+    std::uint64_t on_cpu = 0;
+    if (sched >> on_cpu) ns += on_cpu;
+  }
+  return ns;
+}
+
+// Times the calling thread was made to give up its CPU (another thread's
+// turn), where it did not wait of its own accord.
+long preemptions() {
+  rusage ru{};
+  return getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_nivcsw : 0;
+}
 
 double median(std::vector<double> v) {
   std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
@@ -170,18 +198,25 @@ bool as_weights(const Setup& s, void** params) {
 }
 
 // The same 8-pointer launch, direct and through the hook, interleaved in
-// rounds of 256 so that both see the same machine; the counters give the
-// difference and the ratio from this one run. Each round queues behind a
-// busy kernel, so that simdev's own enqueue costs the same in both halves
-// (into an idle stream its worker races the launching thread). The figures
-// are medians over the rounds: a round in which the launching thread lost
-// its core to another (on a small machine, simdev's worker and tierrt's
-// policy thread share two) counts as one round, not as its length; the
-// means are there too ("_mean").
+// rounds of 256 so that both see the same machine; each round queues behind
+// a busy kernel, so that simdev's own enqueue costs the same in both halves
+// (into an idle stream its worker races the launching thread). Each launch
+// is timed by itself (one clock read between consecutive launches: its cost
+// is in both halves alike):
+//  - "added_ns", "direct_ns", "hooked_ns": medians per launch, the typical
+//    launch's cost;
+//  - "added_mean_ns", "hooked_over_direct": means, what a job pays over many
+//    launches: with the rare expensive ones (a use event's or the device
+//    clock's record, the launching thread losing its core);
+//  - "preempted_direct", "preempted_hooked": times per round the launching
+//    thread was made to give up its core (on a small machine tierrt's policy
+//    thread and simdev's stream worker share it);
+//  - "policy_cpu_ns": the policy thread's CPU time per hooked launch;
+//  - "events_per_launch": use events recorded per hooked launch.
 // weights:0 names blocks not yet classified (as an activation would be:
 // each launch records its use event); weights:1 names blocks the policy
 // found persistent, whose launches share their stream's use event (lazy use
-// events). "events_per_launch": use events recorded per hooked launch.
+// events).
 void BM_LaunchHookAdded(benchmark::State& st) {
   const Setup& s = setup();
   CUdeviceptr ptrs[8];
@@ -195,10 +230,8 @@ void BM_LaunchHookAdded(benchmark::State& st) {
   const std::uint64_t events_before = s.engine->allocator_stats().use_events;
   auto call = [&] { return TIERRT_CU(cuLaunchKernel, s.f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr); };
   constexpr int kRound = 256;
-  std::vector<double> direct, hooked, added;  // per launch, one entry per round
-  direct.reserve(st.max_iterations);
-  hooked.reserve(st.max_iterations);
-  added.reserve(st.max_iterations);
+  std::vector<double> each[2];  // ns of each launch: direct, hooked
+  for (auto& v : each) v.reserve(static_cast<std::size_t>(st.max_iterations) * kRound);
   using Clock = std::chrono::steady_clock;
   auto busy = [&] {
     st.PauseTiming();
@@ -206,37 +239,48 @@ void BM_LaunchHookAdded(benchmark::State& st) {
     if (TIERRT_CU(cuLaunchKernel, s.busy, 1, 1, 1, 1, 1, 1, 0, nullptr, nullptr, nullptr)) std::abort();
     st.ResumeTiming();
   };
-  auto per_launch_ns = [&](bool through_hook) {
+  long preempted[2] = {};
+  std::uint64_t policy_ns = 0, rounds = 0;
+  auto round = [&](bool through_hook) {
     busy();
-    const auto t0 = Clock::now();
-    for (int i = 0; i < kRound; ++i)
+    const long p0 = preemptions();
+    const std::uint64_t c0 = through_hook ? threads_cpu_ns("tierrt-policy") : 0;
+    auto before = Clock::now();
+    for (int i = 0; i < kRound; ++i) {
       if (through_hook ? s.engine->launch(s.f, nullptr, params, nullptr, call) : call()) std::abort();
-    return std::chrono::duration<double, std::nano>(Clock::now() - t0).count() / kRound;
+      const auto after = Clock::now();
+      each[through_hook].push_back(std::chrono::duration<double, std::nano>(after - before).count());
+      before = after;
+    }
+    // The policy thread's share: what it spent while these launches went out
+    // (it takes them from its ring every 50 us).
+    if (through_hook) policy_ns += threads_cpu_ns("tierrt-policy") - c0;
+    preempted[through_hook] += preemptions() - p0;
   };
   for (auto _ : st) {
     // Which half goes first alternates, so that neither always follows the other.
-    const bool hook_first = (direct.size() & 1) != 0;
-    const double first = per_launch_ns(hook_first), second = per_launch_ns(!hook_first);
-    direct.push_back(hook_first ? second : first);
-    hooked.push_back(hook_first ? first : second);
-    added.push_back(hooked.back() - direct.back());
+    const bool hook_first = (rounds++ & 1) != 0;
+    round(hook_first);
+    round(!hook_first);
   }
   cuCtxSynchronize();
-  if (direct.empty()) return;
-  auto mean = [](const std::vector<double>& v) {
-    double sum = 0;
-    for (double x : v) sum += x;
-    return sum / static_cast<double>(v.size());
-  };
-  const double direct_mean = mean(direct), hooked_mean = mean(hooked);
-  st.counters["direct_ns"] = median(direct);
-  st.counters["hooked_ns"] = median(hooked);
-  st.counters["added_ns"] = median(added);
-  st.counters["added_mean_ns"] = hooked_mean - direct_mean;
-  st.counters["hooked_over_direct"] = direct_mean > 0 ? hooked_mean / direct_mean : 0;
+  if (rounds == 0) return;
+  double sum[2] = {};
+  for (int h = 0; h < 2; ++h)
+    for (double ns : each[h]) sum[h] += ns;
+  const double launches = static_cast<double>(each[1].size());
+  const double direct_median = median(each[0]), hooked_median = median(each[1]);
+  st.counters["direct_ns"] = direct_median;
+  st.counters["hooked_ns"] = hooked_median;
+  st.counters["added_ns"] = hooked_median - direct_median;
+  st.counters["added_mean_ns"] = (sum[1] - sum[0]) / launches;
+  st.counters["hooked_over_direct"] = sum[0] > 0 ? sum[1] / sum[0] : 0;
   st.counters["clock_period"] = clock_period(s);
-  st.counters["events_per_launch"] = static_cast<double>(s.engine->allocator_stats().use_events - events_before) /
-                                     static_cast<double>(hooked.size() * kRound);
+  st.counters["policy_cpu_ns"] = static_cast<double>(policy_ns) / launches;
+  st.counters["preempted_direct"] = static_cast<double>(preempted[0]) / static_cast<double>(rounds);
+  st.counters["preempted_hooked"] = static_cast<double>(preempted[1]) / static_cast<double>(rounds);
+  st.counters["events_per_launch"] =
+      static_cast<double>(s.engine->allocator_stats().use_events - events_before) / launches;
 }
 
 // A launch naming one spilled block of st.range(0) bytes: the block is

@@ -1,5 +1,7 @@
 #include "stream.h"
 
+#include <pthread.h>
+
 #include <atomic>
 #include <map>
 #include <unordered_map>
@@ -108,6 +110,7 @@ bool Stream::stopping() {
 int worker_device() { return tl_worker_device; }
 
 void Stream::worker_loop() {
+  pthread_setname_np(pthread_self(), "simdev-stream");  // a stream's worker, apart from the application's threads
   tl_worker_device = ctx_->device;
   for (;;) {
     Work w;

@@ -1,5 +1,6 @@
 #include "unmap_reaper.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -38,6 +39,7 @@ class Reaper {
 
  private:
   void run() {
+    pthread_setname_np(pthread_self(), "simdev-reaper");
     for (;;) {
       std::pair<uint64_t, uint64_t> r;
       {

@@ -7,6 +7,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -114,6 +118,25 @@ TEST_F(EngineTest, TrainingLoopKeepsEveryActivationWhileAnotherThreadAllocates) 
 // throws in the middle of a run: tiering stops, blocks spilled before come
 // back, nothing is spilled after, and the job goes on with every activation
 // intact, past the device budget (the device has room).
+// What top -H, gdb and profilers show for the threads tierrt starts.
+std::multiset<std::string> thread_names() {
+  std::multiset<std::string> names;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    if (std::getline(comm, name)) names.insert(name);
+  }
+  return names;
+}
+
+TEST_F(EngineTest, ItsThreadsAreNamed) {
+  ASSERT_NE(nullptr, engine_->planner());
+  const auto names = thread_names();
+  EXPECT_EQ(1u, names.count("tierrt-policy"));
+  EXPECT_EQ(1u, names.count("tierrt-mover"));
+  EXPECT_GE(names.count("simdev-stream"), 1u);
+}
+
 TEST_F(EngineTest, ContainedPlannerExceptionStopsTieringAndTheJobGoesOn) {
   CUdeviceptr bad, weights;
   ASSERT_EQ(CUDA_SUCCESS, engine_->allocate(&bad, 4096, nullptr));

@@ -222,10 +222,8 @@ class Allocator {
   // allocator's context names alike (a named stream, or the legacy stream
   // from a thread on that context), and best when no named block is about
   // to move (a wait on a lazy use may include later work of the stream).
-  // `now_ns`: the host's steady clock when the work went out, if the caller
-  // read it already (0: read when needed).
   CUresult record_use(std::span<Block* const> blocks, CUstream stream,
-                      bool capturing = false, bool lazy = false, std::uint64_t now_ns = 0) noexcept;
+                      bool capturing = false, bool lazy = false) noexcept;
   // Records the stream's pending lazy uses now: before a capture begins on
   // it or it joins one (nothing of tierrt's may be recorded into a
   // capture), and before the stream is destroyed (`stream_destroyed`).

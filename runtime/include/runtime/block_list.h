@@ -52,10 +52,6 @@ class BlockList {
   // (Allocator::ensure_resident_briefly): what release() needs to know.
   void set_announced(bool announced) noexcept { announced_ = announced; }
   bool announced() const noexcept { return announced_; }
-  // The host's clock when the work went out, read once for the use record
-  // and the planner's post (0: not read).
-  void set_went_out_ns(std::uint64_t ns) const noexcept { went_out_ns_ = ns; }
-  std::uint64_t went_out_ns() const noexcept { return went_out_ns_; }
   std::span<alloc::Block* const> span() const noexcept {
     if (!more_.empty()) return {more_.data(), more_.size()};
     return {items_, static_cast<std::size_t>(n_)};
@@ -73,7 +69,6 @@ class BlockList {
   std::vector<CUdeviceptr> more_slots_;
   bool incomplete_ = false;
   bool announced_ = false;
-  mutable std::uint64_t went_out_ns_ = 0;
 };
 
 }  // namespace tierrt

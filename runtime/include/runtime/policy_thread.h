@@ -66,10 +66,11 @@ class PolicyThread {
   // Launch `seq` went out on `stream`, naming `named`; `may_time` unless
   // timing it on the device could disturb the stream (it is capturing a
   // graph). One slot carries the launch and its first kUsesPerSlot blocks;
-  // the rest (rare) follow as use events. `now_ns`: the host's clock when
-  // it went out, if the caller read it (0: read here).
+  // the rest (rare) follow as use events. The host's clock is read only
+  // where no device clock times launches: only then is a launch's host time
+  // its duration (release_held_launch).
   void post_launch(policy::LaunchSeq seq, policy::StreamId sid, CUstream stream, bool may_time,
-                   std::span<alloc::Block* const> named, std::uint64_t now_ns = 0) noexcept;
+                   std::span<alloc::Block* const> named) noexcept;
   static constexpr std::size_t kUsesPerSlot = 8;
   // What the mover saw (see alloc::MoveObserver), for the current step's feedback.
   void post_demand_fetch(policy::BlockId block) noexcept;
