@@ -74,14 +74,20 @@ class Unrepeating {
   std::uint64_t seq_ = 1u << 30;
 };
 
+// The engine planning for `s`, holding at most `max_events` events of a step.
+PolicyEngine::Options limited_to(const Steps& s, std::size_t max_events) {
+  PolicyEngine::Options o{s.budget, parse_link("pcie5"), {}};
+  o.max_step_events = max_events;
+  return o;
+}
+
 // A launch names at most this many blocks: the buffer may pass the limit by
 // one launch's uses, since only whole launches are let go.
 constexpr std::size_t kUsesPerLaunch = 64;
 
 TEST(OverlongStep, WithMarkersAStepPastTheLimitIsLetGoAndTheStepsAfterItArePlanned) {
   const Steps s = training_steps(6);
-  PolicyEngine::Options o{s.budget, parse_link("pcie5"), {}};
-  o.max_step_events = 2 * s.longest;
+  const PolicyEngine::Options o = limited_to(s, 2 * s.longest);
   PolicyEngine engine(o);
   Unrepeating junk(11);
   std::size_t markers = 0, most = 0, completed_before = 0;
@@ -118,8 +124,7 @@ TEST(OverlongStep, WithMarkersAStepPastTheLimitIsLetGoAndTheStepsAfterItArePlann
 
 TEST(OverlongStep, WithoutMarkersLaunchesThatNeverRepeatStayBoundedAndAStepThatComesIsFound) {
   const Steps s = training_steps(12);
-  PolicyEngine::Options o{s.budget, parse_link("pcie5"), {}};
-  o.max_step_events = 8 * s.longest;
+  const PolicyEngine::Options o = limited_to(s, 8 * s.longest);
   PolicyEngine engine(o);
   Unrepeating junk(5);
   std::size_t most = 0;
