@@ -264,9 +264,11 @@ void PolicyThread::release_held_launch(std::uint64_t ns) {
 void PolicyThread::act_on_launch(std::uint64_t seq) {
   read_clock();
   if (!acts_) return;
-  if (policy_->steps_completed() != deferred_step_) {  // ordinals name another step's blocks now
+  // Ordinals name another step's blocks once a step ended or one was let go of.
+  const std::size_t step = policy_->steps_completed() + policy_->overlong_steps();
+  if (step != deferred_step_) {
     deferred_.clear();
-    deferred_step_ = policy_->steps_completed();
+    deferred_step_ = step;
   }
   retry_deferred();
   act(policy_->triggers_ahead(0), policy::Action::Spill);

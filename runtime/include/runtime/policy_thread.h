@@ -255,7 +255,7 @@ class PolicyThread {
   static constexpr std::size_t kMaxDeferred = 256;
   static constexpr std::uint32_t kDeferredTries = 64;
   std::vector<Deferred> deferred_;
-  std::size_t deferred_step_ = 0;
+  std::size_t deferred_step_ = 0;  // steps completed and let go of when deferred_ was filled
 
   std::thread thread_;  // last: it starts once everything above is ready
 };
