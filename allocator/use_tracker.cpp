@@ -184,15 +184,11 @@ CUresult UseTracker::record_now(std::span<Block* const> blocks, CUstream s) noex
   return waited;
 }
 
-bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream s) noexcept {
+bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream s, std::uint64_t now_ns) noexcept {
   OpenStream* st = open_stream(s);
   if (st == nullptr) return false;
-  // The window passed: the locked way records the event. (Two threads on the
-  // stream may both look, or neither at a count: either way it is looked at
-  // again within kWindowCheckEvery uses.)
-  if (st->unlocked_uses.load(std::memory_order_relaxed) % kWindowCheckEvery == kWindowCheckEvery - 1 &&
-      steady_ns() - st->recorded_ns.load(std::memory_order_relaxed) >= window_ns_)
-    return false;
+  // The window passed: the locked way records the event.
+  if (now_ns - st->recorded_ns.load(std::memory_order_relaxed) >= window_ns_) return false;
   // Read after the launch was enqueued: while the event is still open, its
   // record comes after the launch (record_open_locked clears open_now first).
   UseEvent* e = st->open_now.load(std::memory_order_seq_cst);
@@ -207,8 +203,10 @@ bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream
 }
 
 CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s) noexcept {
-  if (record_lazily_unlocked(blocks, s)) return CUDA_SUCCESS;
+  // Read at every lazy use: the window seen passed late would keep a freed
+  // block's memory from the next allocation (its use not yet recorded).
   const std::uint64_t now_ns = steady_ns();
+  if (record_lazily_unlocked(blocks, s, now_ns)) return CUDA_SUCCESS;
   OpenStream* st = open_stream(s);
   if (st == nullptr && (st = claim_open_stream(s)) == nullptr) return record_now(blocks, s);
   std::unique_lock<RankedMutex> g(st->mu);

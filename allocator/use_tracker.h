@@ -191,12 +191,8 @@ class UseTracker {
   bool settle_event(UseEvent* e) noexcept;  // true once it is recorded
   CUresult record_lazily(std::span<Block* const> blocks, CUstream s) noexcept;
   // Every block holds `s`'s open event already, and the window has not
-  // passed: nothing to store, no lock. The clock is read at every
-  // kWindowCheckEvery-th such use on the stream only: a read of it costs as
-  // much as the rest of this path (60 ns on a VM's paravirtual clock), so
-  // the window is seen passed that many launches late at most.
-  bool record_lazily_unlocked(std::span<Block* const> blocks, CUstream s) noexcept;
-  static constexpr std::uint64_t kWindowCheckEvery = 8;
+  // passed: nothing to store, no lock.
+  bool record_lazily_unlocked(std::span<Block* const> blocks, CUstream s, std::uint64_t now_ns) noexcept;
   CUresult record_now(std::span<Block* const> blocks, CUstream s) noexcept;
 
   static constexpr int kMaxChain = 16;
