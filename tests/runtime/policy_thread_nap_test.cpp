@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <barrier>
 #include <chrono>
 #include <memory>
 #include <random>
@@ -46,9 +47,12 @@ TEST(PolicyThreadNap, NoPostIsLostWhileTheThreadGoesToSleep) {
   const std::uint64_t before = t->messages_taken(), naps_before = t->naps();
   // Four posters, each posting in bursts separated by pauses around the nap
   // threshold, so that posts land just before, while and after the thread
-  // decides to nap.
+  // decides to nap. Every tenth burst they all pause together for longer
+  // than the threshold, so that the thread does nap (the others' posts could
+  // otherwise keep it from ever being idle that long) and posts wake it.
   constexpr int kThreads = 4, kBursts = 60;
   std::atomic<std::uint64_t> posted{0};
+  std::barrier together(kThreads);
   std::vector<std::thread> posters;
   for (int i = 0; i < kThreads; ++i)
     posters.emplace_back([&, i] {
@@ -58,6 +62,11 @@ TEST(PolicyThreadNap, NoPostIsLostWhileTheThreadGoesToSleep) {
         for (int k = 0; k < n; ++k) {
           t->post(idle_event());
           posted.fetch_add(1, std::memory_order_relaxed);
+        }
+        if (b % 10 == 9) {
+          together.arrive_and_wait();
+          std::this_thread::sleep_for(std::chrono::microseconds(2500 + rng() % 1000));
+          continue;
         }
         std::this_thread::sleep_for(std::chrono::microseconds(1500 + rng() % 1500));
       }
