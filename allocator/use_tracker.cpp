@@ -203,8 +203,9 @@ bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream
 }
 
 CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s) noexcept {
-  // Read at every lazy use: the window seen passed late would keep a freed
-  // block's memory from the next allocation (its use not yet recorded).
+  // Read at every lazy use: checked at every 8th only, the XLA-like probe's
+  // untiered peak doubled (granule-groups), likely a freed step buffer's use
+  // recorded too late for the next step's allocation to reuse its memory.
   const std::uint64_t now_ns = steady_ns();
   if (record_lazily_unlocked(blocks, s, now_ns)) return CUDA_SUCCESS;
   OpenStream* st = open_stream(s);

@@ -1,8 +1,8 @@
 // What tierrt's launch hook adds to a kernel launch, on simdev: a launch
 // with 8 pointer parameters, each naming a different resident block, at
 // 1e2 .. 1e4 live blocks, through the hook's path against a direct call to
-// the driver. The "added_ns" counter is the difference of the two medians'
-// worth of work per launch, measured in the same process.
+// the driver. The "added_ns" counter is the median hooked launch less the
+// median direct one, each launch timed by itself, in the same process.
 //
 // Also: allocate + free through tierrt against the driver's own
 // cuMemAlloc / cuMemFree (what a job does without tierrt); and what a demand
@@ -20,9 +20,9 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <sys/resource.h>
-#include <vector>
 
 #include "driver/driver.h"
 #include "runtime/engine.h"
