@@ -2,7 +2,6 @@
 
 #include <cassert>
 
-#include "steady_clock.h"
 #include "driver/driver.h"
 
 namespace tierrt::alloc {
@@ -17,7 +16,8 @@ UseTracker::~UseTracker() {
 }
 
 CUresult UseTracker::start(std::uint64_t window_ns) noexcept {
-  window_ns_ = window_ns;
+  window_clock_.calibrate();
+  window_ = window_clock_.ticks_in(window_ns);
   return TIERRT_CU(cuStreamCreate, &legacy_proxy_, 0u);
 }
 
@@ -184,11 +184,11 @@ CUresult UseTracker::record_now(std::span<Block* const> blocks, CUstream s) noex
   return waited;
 }
 
-bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream s, std::uint64_t now_ns) noexcept {
+bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream s, std::uint64_t now) noexcept {
   OpenStream* st = open_stream(s);
   if (st == nullptr) return false;
   // The window passed: the locked way records the event.
-  if (now_ns - st->recorded_ns.load(std::memory_order_relaxed) >= window_ns_) return false;
+  if (now - st->recorded_at.load(std::memory_order_relaxed) >= window_) return false;
   // Read after the launch was enqueued: while the event is still open, its
   // record comes after the launch (record_open_locked clears open_now first).
   UseEvent* e = st->open_now.load(std::memory_order_seq_cst);
@@ -196,8 +196,8 @@ bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream
   for (const Block* b : blocks)
     if (b->lazy_open.load(std::memory_order_acquire) != e) return false;
   // The rescue's coldest-first order: as recent as the last recorded use.
-  const std::uint64_t now = clock_.load(std::memory_order_relaxed);
-  for (Block* b : blocks) b->last_use.store(now, std::memory_order_relaxed);
+  const std::uint64_t last = clock_.load(std::memory_order_relaxed);
+  for (Block* b : blocks) b->last_use.store(last, std::memory_order_relaxed);
   st->unlocked_uses.fetch_add(1, std::memory_order_relaxed);
   return true;
 }
@@ -206,8 +206,8 @@ CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s) n
   // Read at every lazy use: checked at every 8th only, the XLA-like probe's
   // untiered peak doubled (granule-groups), likely a freed step buffer's use
   // recorded too late for the next step's allocation to reuse its memory.
-  const std::uint64_t now_ns = steady_ns();
-  if (record_lazily_unlocked(blocks, s, now_ns)) return CUDA_SUCCESS;
+  const std::uint64_t now = window_clock_.now();
+  if (record_lazily_unlocked(blocks, s, now)) return CUDA_SUCCESS;
   OpenStream* st = open_stream(s);
   if (st == nullptr && (st = claim_open_stream(s)) == nullptr) return record_now(blocks, s);
   std::unique_lock<RankedMutex> g(st->mu);
@@ -244,7 +244,7 @@ CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s) n
     return record_now(blocks, s);
   }
   ++st->lazy_uses;
-  if (now_ns - st->recorded_ns.load(std::memory_order_relaxed) >= window_ns_) record_open_locked(*st, /*launcher=*/true);
+  if (now - st->recorded_at.load(std::memory_order_relaxed) >= window_) record_open_locked(*st, /*launcher=*/true);
   return CUDA_SUCCESS;
 }
 
@@ -272,7 +272,7 @@ UseTracker::OpenStream* UseTracker::claim_open_stream(CUstream s) noexcept {
     std::lock_guard<RankedMutex> l(st.mu);
     if (st.key.load(std::memory_order_relaxed) != nullptr) continue;  // its flush is under way
     assert(st.open == nullptr);
-    st.recorded_ns.store(0, std::memory_order_relaxed);
+    st.recorded_at.store(0, std::memory_order_relaxed);
     st.key.store(s, std::memory_order_release);
     return &st;
   }
@@ -299,7 +299,7 @@ void UseTracker::record_open_locked(OpenStream& st, bool launcher) noexcept {
   }
   e->phase.store(r == CUDA_SUCCESS ? UsePhase::Recorded : UsePhase::Failed, std::memory_order_release);
   st.open = nullptr;
-  st.recorded_ns.store(steady_ns(), std::memory_order_relaxed);
+  st.recorded_at.store(window_clock_.now(), std::memory_order_relaxed);
   ++st.records;
   unref(e);
 }

@@ -44,6 +44,7 @@
 #include "allocator/block.h"
 #include "lock_rank.h"
 #include "allocator/ranked_mutex.h"
+#include "tick_clock.h"
 
 namespace tierrt::alloc {
 
@@ -175,9 +176,9 @@ class UseTracker {
     // enqueued before it reads null is one the record comes after.
     std::atomic<UseEvent*> open_now{nullptr};
     std::atomic<std::uint64_t> unlocked_uses{0};  // lazy uses that took no lock
-    // When its open event was last recorded (written under mu, read by the
-    // unlocked path too).
-    std::atomic<std::uint64_t> recorded_ns{0};
+    // When its open event was last recorded, in window_clock_'s ticks
+    // (written under mu, read by the unlocked path too).
+    std::atomic<std::uint64_t> recorded_at{0};
     std::uint64_t lazy_uses = 0, records = 0;  // under mu; kept when the slot passes to another stream
   };
   static std::size_t home_of(CUstream s) noexcept;
@@ -192,7 +193,7 @@ class UseTracker {
   CUresult record_lazily(std::span<Block* const> blocks, CUstream s) noexcept;
   // Every block holds `s`'s open event already, and the window has not
   // passed: nothing to store, no lock.
-  bool record_lazily_unlocked(std::span<Block* const> blocks, CUstream s, std::uint64_t now_ns) noexcept;
+  bool record_lazily_unlocked(std::span<Block* const> blocks, CUstream s, std::uint64_t now) noexcept;
   CUresult record_now(std::span<Block* const> blocks, CUstream s) noexcept;
 
   static constexpr int kMaxChain = 16;
@@ -227,7 +228,8 @@ class UseTracker {
   // How long an open event may gather lazy uses before a launch records it:
   // bounds how much later work a wait on a lazy use includes when nobody
   // settled it earlier.
-  std::uint64_t window_ns_ = 20'000;
+  TickClock window_clock_;  // steady_clock until start() calibrates it
+  std::uint64_t window_ = 20'000;  // in window_clock_'s ticks
   std::uint64_t eager_records_ = 0;  // under mu_
   std::atomic<std::uint64_t> clock_{0};
 };

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <cstdint>
 #include <deque>
 #include <thread>
 #include <vector>
@@ -11,6 +13,7 @@
 #include "allocator/block_cache.h"
 #include "allocator/budget.h"
 #include "allocator/granule_table.h"
+#include "allocator/tick_clock.h"
 
 namespace tierrt::alloc {
 namespace {
@@ -171,6 +174,46 @@ TEST(Budget, ConcurrentReservationsNeverExceedTheLimit) {
   EXPECT_EQ(b.used(), static_cast<std::uint64_t>(granted.load()) * 7);
   EXPECT_LE(b.peak(), 1000u);
 }
+
+// The lazy-use window's clock: wherever it reads the CPU's counter, its rate
+// matches the host's clock closely enough to time a window (the window needs
+// no precision: a factor of two either way is far inside what this checks
+// against, a wrong rate by 10x or more is what it catches).
+TEST(TickClock, TicksAtTheRateItWasCalibratedTo) {
+  TickClock c;
+  c.calibrate();
+  const std::uint64_t ns0 = steady_ns(), t0 = c.now();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const std::uint64_t ns = steady_ns() - ns0, ticks = c.now() - t0;
+  ASSERT_GT(ticks, 0u);
+  const double per_ns = static_cast<double>(ticks) / static_cast<double>(ns);
+  EXPECT_GT(per_ns, c.ticks_per_ns() * 0.5) << "uses counter: " << c.uses_counter();
+  EXPECT_LT(per_ns, c.ticks_per_ns() * 2.0) << "uses counter: " << c.uses_counter();
+  EXPECT_EQ(c.ticks_in(UINT64_MAX), UINT64_MAX);  // "never" stays never
+  EXPECT_EQ(c.ticks_in(0), 0u);
+}
+
+TEST(TickClock, WithoutTheCounterItIsTheHostsClockInNanoseconds) {
+  TickClock c;
+  c.calibrate(/*allow_counter=*/false);
+  EXPECT_FALSE(c.uses_counter());
+  EXPECT_EQ(c.ticks_in(20'000), 20'000u);
+  const std::uint64_t before = steady_ns(), t = c.now(), after = steady_ns();
+  EXPECT_LE(before, t);
+  EXPECT_LE(t, after);
+}
+
+#if defined(__x86_64__) || defined(__aarch64__)
+// Where the CPU has a fixed-rate counter (every x86-64 CPU of the last
+// decade, every aarch64 one) the window reads it, not clock_gettime.
+TEST(TickClock, UsesTheCpusCounterWhereItRunsAtAFixedRate) {
+  TickClock c;
+  c.calibrate();
+  if (!c.uses_counter()) GTEST_SKIP() << "this CPU does not say its counter runs at a fixed rate";
+  EXPECT_GT(c.ticks_per_ns(), 0.001);  // at least 1 MHz
+  EXPECT_LT(c.ticks_per_ns(), 100.0);  // at most 100 GHz
+}
+#endif
 
 }  // namespace
 }  // namespace tierrt::alloc

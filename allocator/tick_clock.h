@@ -1,0 +1,58 @@
+// A cheap monotonic clock for the lazy-use window (use_tracker.h), which is
+// read at every lazy launch: the CPU's own counter where it runs at a fixed
+// rate (x86's invariant TSC, aarch64's generic timer), else steady_clock.
+// Under a paravirtual clocksource (kvm-clock) clock_gettime cost 56-60 ns a
+// read on the machine this was measured on, rdtsc 25-29 ns: the launch path's
+// costliest single step.
+//
+// The window only bounds how long an open use event gathers uses, so its
+// clock need not be exact: counters that disagree across CPUs make a launch
+// see the window passed early (a later time) or wrap below the last record
+// (a huge difference), and either way it records an event sooner, never
+// later.
+#pragma once
+
+#include <cstdint>
+
+#include "steady_clock.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#endif
+
+namespace tierrt::alloc {
+
+class TickClock {
+ public:
+  // steady_clock until calibrate() found a counter.
+  TickClock() = default;
+  // Uses the CPU's counter where the CPU says it runs at a fixed rate, its
+  // rate measured against steady_clock over `spin_ns` (x86; aarch64 reads
+  // it from the counter's frequency register). `allow_counter` false keeps
+  // steady_clock.
+  void calibrate(bool allow_counter = true, std::uint64_t spin_ns = 500'000) noexcept;
+
+  std::uint64_t now() const noexcept { return counter_ ? read_counter() : steady_ns(); }
+  // Ticks in `ns` nanoseconds (saturating: UINT64_MAX stays "never").
+  std::uint64_t ticks_in(std::uint64_t ns) const noexcept;
+  bool uses_counter() const noexcept { return counter_; }
+  double ticks_per_ns() const noexcept { return ticks_per_ns_; }
+
+  static std::uint64_t read_counter() noexcept {
+#if defined(__x86_64__) || defined(__i386__)
+    return __rdtsc();
+#elif defined(__aarch64__)
+    std::uint64_t v;
+    asm volatile("mrs %0, cntvct_el0" : "=r"(v));
+    return v;
+#else
+    return steady_ns();
+#endif
+  }
+
+ private:
+  bool counter_ = false;
+  double ticks_per_ns_ = 1.0;
+};
+
+}  // namespace tierrt::alloc
