@@ -159,8 +159,12 @@ void BM_HookWorkOnlyOnWeights(benchmark::State& st) {
     st.SkipWithError("the policy did not find the blocks persistent (the reactive policy classifies nothing)");
     return;
   }
+  const std::uint64_t events_before = setup().engine->allocator_stats().use_events;
   run_launches(st, true, false);
   st.counters["clock_period"] = clock_period(setup());
+  st.counters["events_per_launch"] =
+      static_cast<double>(setup().engine->allocator_stats().use_events - events_before) /
+      static_cast<double>(std::max<benchmark::IterationCount>(st.iterations(), 1));
 }
 
 
