@@ -1,6 +1,8 @@
 #include "use_tracker.h"
 
 #include <cassert>
+#include <chrono>
+#include <thread>
 
 #include "driver/driver.h"
 
@@ -398,6 +400,19 @@ CUresult UseTracker::wait_then_unref(CUstream s, std::span<const UseSlot> uses) 
   return r;
 }
 
+CUresult UseTracker::poll_stream(CUstream s) noexcept {
+  for (int polls = 0;; ++polls) {
+    // Querying a stream that captures would end its capture.
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+    CUresult r = TIERRT_CU(cuStreamIsCapturing, s, &cs);
+    if (r == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (r == CUDA_SUCCESS) r = TIERRT_CU(cuStreamQuery, s);
+    if (r != CUDA_ERROR_NOT_READY) return r;
+    if (polls < 100) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
 CUresult UseTracker::wait_host(const UseSlot& u) noexcept {
   // A failed wait on the event is asked again before anything wider.
   for (int attempt = 0; attempt < 2 && !unrecorded(u.ev); ++attempt)
@@ -411,6 +426,11 @@ CUresult UseTracker::wait_host(const UseSlot& u) noexcept {
   const CUresult q = TIERRT_CU(cuStreamIsCapturing, u.stream, &cs);
   if (q == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
   if (q == CUDA_SUCCESS && TIERRT_CU(cuStreamSynchronize, u.stream) == CUDA_SUCCESS) return CUDA_SUCCESS;
+  // A context synchronize invalidates every capture open in the context,
+  // another thread's too: while the stream answers queries, it is polled
+  // instead. (Under injected faults the random truth program once saw its
+  // capture invalidated; this fallback is one way that happens.)
+  if (q == CUDA_SUCCESS && poll_stream(u.stream) == CUDA_SUCCESS) return CUDA_SUCCESS;
   // A stream destroyed since cannot be waited for: the context can.
   return TIERRT_CU(cuCtxSynchronize);
 }

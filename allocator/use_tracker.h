@@ -112,6 +112,10 @@ class UseTracker {
   // stream when there is none or the event's waits failed, unless the stream
   // captures (that would end the capture); the context when that failed.
   static CUresult wait_host(const UseSlot& u) noexcept;
+  // Waits on the host until `s` is idle by querying it (no context
+  // synchronize); the first error other than NOT_READY is returned, and
+  // STREAM_CAPTURE_UNSUPPORTED once `s` captures.
+  static CUresult poll_stream(CUstream s) noexcept;
   // Whether the use is known complete now (a failed query says no).
   static bool completed(const UseSlot& u) noexcept;
   // The host waits for every use recorded on the block, which keeps them

@@ -7,10 +7,13 @@
 // reads and writes every byte checks the result.
 #include <simdev/simdev.h>
 
+#include <atomic>
 #include <random>
+#include <thread>
 #include <string>
 #include <tuple>
 
+#include "allocator/use_tracker.h"
 #include "tests/allocator/sim_support.h"
 
 namespace tierrt::alloc::testing {
@@ -400,6 +403,44 @@ INSTANTIATE_TEST_SUITE_P(Allocator, FetchCounts, ::testing::Values(SpillMode::Re
                          [](const ::testing::TestParamInfo<SpillMode>& i) { return mode_name(i.param); });
 INSTANTIATE_TEST_SUITE_P(Allocator, RandomFaults, ::testing::Values(SpillMode::Remap, SpillMode::Copy),
                          [](const ::testing::TestParamInfo<SpillMode>& i) { return mode_name(i.param); });
+
+// A use waited for on the host whose event waits and stream synchronize
+// all fail falls back to querying the stream, not to a context synchronize:
+// that would invalidate a capture another thread has open in the context
+// (the driver refuses a context synchronize during a capture).
+TEST(WaitHost, AFailedStreamSynchronizeLeavesAnotherThreadsCaptureValid) {
+  Env::get().bind();
+  CUstream s = nullptr, c = nullptr;
+  ASSERT_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  ASSERT_EQ(cuStreamCreate(&c, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+  UseEvent no_event;  // a null event: both event waits fail
+  const UseSlot use{s, &no_event, 1};
+  std::atomic<int> stage{0};
+  CUresult ended = CUDA_ERROR_UNKNOWN;
+  std::thread capturer([&] {
+    Env::get().bind();
+    if (cuStreamBeginCapture(c, CU_STREAM_CAPTURE_MODE_GLOBAL) != CUDA_SUCCESS) stage = -1;
+    else stage = 1;
+    while (stage == 1) std::this_thread::yield();
+    CUgraph g = nullptr;
+    ended = cuStreamEndCapture(c, &g);
+    if (g != nullptr) cuGraphDestroy(g);
+  });
+  while (stage == 0) std::this_thread::yield();
+  ASSERT_EQ(stage.load(), 1);
+  const unsigned long long fired_before = simdev_faults_fired();
+  ASSERT_EQ(simdev_inject_fault("cuStreamSynchronize", 1, 0), 0);
+  const CUresult waited = UseTracker::wait_host(use);
+  const unsigned long long fired = simdev_faults_fired() - fired_before;
+  simdev_clear_faults();
+  stage = 2;
+  capturer.join();
+  EXPECT_EQ(waited, CUDA_SUCCESS);
+  EXPECT_GE(fired, 1u) << "the stream's synchronize was never made to fail: nothing was tested";
+  EXPECT_EQ(ended, CUDA_SUCCESS) << "the other thread's capture was invalidated";
+  cuStreamDestroy(s);
+  cuStreamDestroy(c);
+}
 
 }  // namespace
 }  // namespace tierrt::alloc::testing
