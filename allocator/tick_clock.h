@@ -5,11 +5,11 @@
 // read on the machine this was measured on, rdtsc 25-29 ns: the launch path's
 // costliest single step.
 //
-// The window only bounds how long an open use event gathers uses, so its
-// clock need not be exact: counters that disagree across CPUs make a launch
-// see the window passed early (a later time) or wrap below the last record
-// (a huge difference), and either way it records an event sooner, never
-// later.
+// The window only bounds how long an open use event gathers uses, and its
+// length never decides whether a wait is long enough, so its clock need not
+// be exact: counters that disagree across CPUs move the window by at most
+// their skew, and a launch that reads a time before the last record (a
+// wrapped, huge difference) records the event at once.
 #pragma once
 
 #include <cstdint>
