@@ -282,13 +282,13 @@ bool BlockStates::could_change_locked() const noexcept {
   // could wait): it lets go of its blocks soon. Looked at once per slot, not
   // once per resident block.
   bool announced = false;
-  LaunchAnnouncements::for_each_announced(
+  const bool looked = LaunchAnnouncements::for_each_announced(
       [](const Block* b, void* found) {
         // Type-stable storage: a recycled block reads as what it is now.
         if (b->st() == State::Resident && !b->captured && b->user_pins == 0) *static_cast<bool*>(found) = true;
       },
       &announced);
-  if (announced) return true;
+  if (announced || !looked) return true;
   for (const Block& b : resident_)
     if (!b.captured && b.user_pins == 0 && pinned_by_running_thread_locked(&b)) return true;
   return false;

@@ -2,6 +2,8 @@
 
 #include <cassert>
 
+#include "asymmetric_fence.h"
+
 namespace tierrt::alloc {
 
 namespace {
@@ -61,16 +63,21 @@ bool LaunchAnnouncements::begin(std::span<Block* const> blocks) noexcept {
   // thread's earlier launches recorded (their ends come before).
   for (std::size_t i = 0; i < blocks.size(); ++i) s->blocks[i].store(blocks[i], std::memory_order_release);
   s->count.store(static_cast<std::uint32_t>(blocks.size()), std::memory_order_relaxed);
-  s->seq.store(seq + 1, std::memory_order_seq_cst);
+  s->seq.store(seq + 1, std::memory_order_release);
+  // Before the caller looks at the blocks' states; the taker's side of the
+  // barrier is in announced() (asymmetric_fence.h).
+  asymmetric_fence::light();
   return true;
 }
 
 void LaunchAnnouncements::end() noexcept {
   Slot* s = t_slot;
   assert(s != nullptr && (s->seq.load(std::memory_order_relaxed) & 1) == 1);
-  // Sequentially consistent: a rescue waiting for launches to let go is told
-  // after this (BlockStates::pins_released: store, then look).
-  s->seq.store(s->seq.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+  // A rescue waiting for launches to let go is told after this
+  // (BlockStates::pins_released: store, then look; the rescue's side of the
+  // barrier is in for_each_announced).
+  s->seq.store(s->seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  asymmetric_fence::light();
 }
 
 namespace {
@@ -79,17 +86,21 @@ namespace {
 // idle or its launch ended while they were read (then they may be a later
 // launch's).
 std::uint32_t read_active(const Slot& s, const Block** out) noexcept {
-  const std::uint64_t seq = s.seq.load(std::memory_order_seq_cst);
+  const std::uint64_t seq = s.seq.load(std::memory_order_acquire);
   if ((seq & 1) == 0) return 0;
   std::uint32_t n = s.count.load(std::memory_order_relaxed);
   if (n > LaunchAnnouncements::kBlocks) n = LaunchAnnouncements::kBlocks;
   for (std::uint32_t j = 0; j < n; ++j) out[j] = s.blocks[j].load(std::memory_order_acquire);
-  return s.seq.load(std::memory_order_seq_cst) == seq ? n : 0;
+  // The blocks' loads are acquire: this load cannot come before them.
+  return s.seq.load(std::memory_order_acquire) == seq ? n : 0;
 }
 
 }  // namespace
 
 bool LaunchAnnouncements::announced(const Block* b) noexcept {
+  // Without the barrier a launch's announcement may not be seen yet: the
+  // block is taken as held (a spill comes back busy), never as free.
+  if (!asymmetric_fence::heavy()) return true;
   const std::size_t high = g_high.load(std::memory_order_acquire);
   const Block* named[kBlocks];
   for (std::size_t i = 0; i < high; ++i) {
@@ -100,13 +111,15 @@ bool LaunchAnnouncements::announced(const Block* b) noexcept {
   return false;
 }
 
-void LaunchAnnouncements::for_each_announced(void (*fn)(const Block*, void*), void* ctx) noexcept {
+bool LaunchAnnouncements::for_each_announced(void (*fn)(const Block*, void*), void* ctx) noexcept {
+  if (!asymmetric_fence::heavy()) return false;
   const std::size_t high = g_high.load(std::memory_order_acquire);
   const Block* named[kBlocks];
   for (std::size_t i = 0; i < high; ++i) {
     const std::uint32_t n = read_active(g_slots[i], named);
     for (std::uint32_t j = 0; j < n; ++j) fn(named[j], ctx);
   }
+  return true;
 }
 
 std::size_t LaunchAnnouncements::slots_in_use() noexcept {

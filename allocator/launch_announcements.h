@@ -1,8 +1,8 @@
 // Launches being enqueued, announced rather than pinned. A launch whose
 // blocks are all resident takes no pin: its thread writes the blocks into a
-// slot of its own and marks the slot active (one sequentially consistent
-// store), then looks at their states, and marks the slot idle (one more)
-// once the launch went out and its use was recorded. Whoever takes a block
+// slot of its own and marks the slot active (one store), then looks at
+// their states, and marks the slot idle (one more store) once the launch
+// went out and its use was recorded. Whoever takes a block
 // from under launches (a spill's claim, a trim, a handover, a rescue
 // deciding whether to wait) publishes the block's state first and then looks
 // at the slots as it looks at pins: an active slot naming the block counts
@@ -40,14 +40,16 @@ class LaunchAnnouncements {
   static bool begin(std::span<Block* const> blocks) noexcept;
   static void end() noexcept;
 
-  // Whether a launch being enqueued now announced `b` (sequentially
-  // consistent: call after publishing what the launch must see).
+  // Whether a launch being enqueued now announced `b` (call after
+  // publishing what the launch must see: it makes the heavy barrier first,
+  // a few microseconds). True, to be safe, where the barrier failed.
   static bool announced(const Block* b) noexcept;
 
   // Calls fn(block, ctx) for each block an active launch announced, once per
   // slot naming it (pointers only: a block it names may be recycled since,
-  // its storage is type-stable).
-  static void for_each_announced(void (*fn)(const Block*, void*), void* ctx) noexcept;
+  // its storage is type-stable). After the heavy barrier, as announced();
+  // false (nothing called) where it failed: any launch may be announced.
+  static bool for_each_announced(void (*fn)(const Block*, void*), void* ctx) noexcept;
 
   // Slots threads hold now (tests).
   static std::size_t slots_in_use() noexcept;
