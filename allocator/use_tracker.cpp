@@ -200,7 +200,7 @@ bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream
   // The rescue's coldest-first order: as recent as the last recorded use.
   const std::uint64_t last = clock_.load(std::memory_order_relaxed);
   for (Block* b : blocks) b->last_use.store(last, std::memory_order_relaxed);
-  st->unlocked_uses.fetch_add(1, std::memory_order_relaxed);
+  st->unlocked_uses.store(st->unlocked_uses.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   return true;
 }
 

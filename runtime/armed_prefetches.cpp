@@ -31,7 +31,7 @@ void ArmedPrefetches::publish() noexcept {
   std::uint64_t due = UINT64_MAX;
   for (const Slot& s : slots_)
     if (s.block.load(std::memory_order_acquire) != nullptr) due = std::min(due, s.at.load(std::memory_order_relaxed));
-  next_due_.store(due, std::memory_order_release);
+  if (next_due_.load(std::memory_order_relaxed) != due) next_due_.store(due, std::memory_order_release);
 }
 
 std::size_t ArmedPrefetches::armed() const noexcept {

@@ -67,7 +67,10 @@ class ArmedPrefetches {
     std::atomic<alloc::Block*> block{nullptr};
   };
   std::array<Slot, kSlots> slots_;
-  std::atomic<std::uint64_t> next_due_{UINT64_MAX};
+  // Read by every launch: on a cache line of its own (the last of the
+  // object, which its alignment rounds up), written only when it changes, so
+  // that the launching thread's load hits its cache while the plan stands.
+  alignas(64) std::atomic<std::uint64_t> next_due_{UINT64_MAX};
 };
 
 }  // namespace tierrt
