@@ -33,13 +33,14 @@ std::atomic<bool> g_membarrier{register_membarrier()};
 }  // namespace detail
 
 bool heavy() noexcept {
-  std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (!detail::g_membarrier.load(std::memory_order_relaxed)) return true;
+  if (!detail::g_membarrier.load(std::memory_order_relaxed)) return true;  // both sides are seq_cst
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   // Registered for this process: the private command does not fail. The
   // global one (slower: it waits for every CPU to pass a quiescent state)
-  // is the fallback all the same.
+  // is the fallback all the same. The call is a full barrier for this
+  // thread too.
   const bool ok = membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0 || membarrier(MEMBARRIER_CMD_GLOBAL) == 0;
-  std::atomic_thread_fence(std::memory_order_seq_cst);
+  std::atomic_signal_fence(std::memory_order_seq_cst);
   return ok;
 }
 

@@ -10,7 +10,7 @@
 //
 // Where membarrier cannot be registered (an old kernel, a sandbox that
 // filters it) and in TSan builds (which do not see membarrier's barriers),
-// both sides use a sequentially consistent fence, as before.
+// both sides' stores and loads are sequentially consistent, as before.
 //
 // The mode is chosen once, while the library loads, before any launch:
 // never flipped while launches run, where a light side could meet a heavy
@@ -25,21 +25,28 @@ namespace detail {
 extern std::atomic<bool> g_membarrier;
 }
 
-// Between the frequent side's store and its load.
-inline void light() noexcept {
-  if (detail::g_membarrier.load(std::memory_order_relaxed))
+// The frequent side's store, ordered before the loads that follow it: a
+// release store and a compiler barrier with membarrier, else a sequentially
+// consistent store (the rare side's loads are sequentially consistent too).
+// No standalone fence: TSan does not model one (GCC refuses to build it).
+template <class T>
+inline void light_store(std::atomic<T>& a, T v) noexcept {
+  if (detail::g_membarrier.load(std::memory_order_relaxed)) {
+    a.store(v, std::memory_order_release);
     std::atomic_signal_fence(std::memory_order_seq_cst);
-  else
-    std::atomic_thread_fence(std::memory_order_seq_cst);
+  } else {
+    a.store(v, std::memory_order_seq_cst);
+  }
 }
 
-// Between the rare side's store and its load. False where the barrier
-// could not be made (the kernel refused both membarrier commands after
-// registering one): the caller must then assume the other side's store was
-// not seen.
+// Between the rare side's store (sequentially consistent) and its loads
+// (sequentially consistent). False where the barrier could not be made (the
+// kernel refused both membarrier commands after registering one): the
+// caller must then assume the other side's store was not seen.
 bool heavy() noexcept;
 
-// Whether the light side is only a compiler barrier (tests, bench).
+// Whether the light side's store is followed only by a compiler barrier
+// (tests).
 inline bool membarrier_in_use() noexcept { return detail::g_membarrier.load(std::memory_order_relaxed); }
 
 }  // namespace tierrt::alloc::asymmetric_fence

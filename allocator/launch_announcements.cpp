@@ -63,10 +63,9 @@ bool LaunchAnnouncements::begin(std::span<Block* const> blocks) noexcept {
   // thread's earlier launches recorded (their ends come before).
   for (std::size_t i = 0; i < blocks.size(); ++i) s->blocks[i].store(blocks[i], std::memory_order_release);
   s->count.store(static_cast<std::uint32_t>(blocks.size()), std::memory_order_relaxed);
-  s->seq.store(seq + 1, std::memory_order_release);
-  // Before the caller looks at the blocks' states; the taker's side of the
-  // barrier is in announced() (asymmetric_fence.h).
-  asymmetric_fence::light();
+  // Ordered before the caller looks at the blocks' states; the taker's side
+  // of the barrier is in announced() (asymmetric_fence.h).
+  asymmetric_fence::light_store(s->seq, seq + 1);
   return true;
 }
 
@@ -76,8 +75,7 @@ void LaunchAnnouncements::end() noexcept {
   // A rescue waiting for launches to let go is told after this
   // (BlockStates::pins_released: store, then look; the rescue's side of the
   // barrier is in for_each_announced).
-  s->seq.store(s->seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
-  asymmetric_fence::light();
+  asymmetric_fence::light_store(s->seq, s->seq.load(std::memory_order_relaxed) + 1);
 }
 
 namespace {
@@ -86,7 +84,9 @@ namespace {
 // idle or its launch ended while they were read (then they may be a later
 // launch's).
 std::uint32_t read_active(const Slot& s, const Block** out) noexcept {
-  const std::uint64_t seq = s.seq.load(std::memory_order_acquire);
+  // Sequentially consistent: without membarrier, the pairing is the two
+  // sides' seq_cst stores and loads.
+  const std::uint64_t seq = s.seq.load(std::memory_order_seq_cst);
   if ((seq & 1) == 0) return 0;
   std::uint32_t n = s.count.load(std::memory_order_relaxed);
   if (n > LaunchAnnouncements::kBlocks) n = LaunchAnnouncements::kBlocks;

@@ -78,7 +78,7 @@ void PolicyThread::push(const Item& item, std::uint64_t ns, bool wakes) noexcept
         s.ns = ns;
         s.turn.store(pos + 1, std::memory_order_release);
         // The next post's slot was last touched a whole ring ago (4 MiB),
-        // when this thread's turn on it ended: fetched now, it is in cache
+        // when the policy thread took it: fetched now, it is in cache
         // when that post comes.
         const char* next = reinterpret_cast<const char*>(&ring_[(pos + 1) & (kSlots - 1)]);
         __builtin_prefetch(next, 1);

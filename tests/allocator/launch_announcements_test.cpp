@@ -81,8 +81,7 @@ void await(const std::atomic<int>& c, int v) noexcept {
 // have seen RESIDENT while the taker saw no announcement. Each side starts
 // after a pseudo-random spin, so that over the rounds their stores land
 // within a store buffer's drain of each other: with no barrier between a
-// side's store and its load (asymmetric_fence.h), both get through. The
-// taker's store is relaxed, so that only the barriers under test order it.
+// side's store and its load (asymmetric_fence.h), both get through.
 TEST(LaunchAnnouncements, ALaunchAndASpillNeverBothHaveTheBlock) {
   constexpr int kRounds = 20000;
   Block b;
@@ -109,7 +108,7 @@ TEST(LaunchAnnouncements, ALaunchAndASpillNeverBothHaveTheBlock) {
     round.store(r, std::memory_order_release);
     x = x * 1103515245u + 12345u;
     spin((x >> 16) % 256);
-    b.state.store(State::Spilling, std::memory_order_relaxed);  // the barriers under test order it
+    b.state.store(State::Spilling, std::memory_order_seq_cst);  // as BlockStates::set_state publishes
     const bool took = !LaunchAnnouncements::announced(&b);
     checked.store(r + 1, std::memory_order_release);
     await(done, r + 1);
