@@ -217,6 +217,7 @@ class PolicyThread {
   std::atomic<bool> napping_{false};
   alignas(64) std::uint64_t tail_ = 0;  // next slot to read (this thread only)
   std::uint64_t last_taken_ns_ = 0;     // this thread only
+  std::uint64_t clock_read_at_ = 0;     // the launch at which the clock was last read (this thread only)
   std::atomic<std::uint64_t> naps_{0}, taken_{0};
   std::atomic<bool> stopping_{false};
   RankedMutex mu_{kRankPolicyWake, "runtime.policy_wake"};
