@@ -286,6 +286,7 @@ CUresult Allocator::prefetch(Block* b, CUstream consumer) noexcept {
 
 void Allocator::stop_tiering(const char* why) noexcept { p_->mover->stop_tiering(why); }
 const char* Allocator::tiering_stopped() const noexcept { return p_->mover->tiering_stopped(); }
+bool Allocator::spill_asked() const noexcept { return p_->mover->spill_asked(); }
 void Allocator::inject_broken_invariant() noexcept { p_->mover->inject_broken_invariant(); }
 
 std::size_t Allocator::recall() noexcept {
@@ -363,6 +364,7 @@ Stats Allocator::stats() const noexcept {
   s.driver_allocs = p_->blocks_made.load(std::memory_order_relaxed) + p_->slabs.slabs_made();
   s.trimmed_bytes = p_->trimmed.load(std::memory_order_relaxed);
   s.tiering_stopped = p_->mover->tiering_stopped() != nullptr;
+  s.spill_asked = p_->mover->spill_asked();
   p_->uses.counts(&s.use_events, &s.lazy_uses, &s.lazy_uses_unlocked);
   {
     auto l = p_->blocks.lock();

@@ -137,6 +137,7 @@ SpillResult Mover::claim_for_spill(Op* op, UseSlot* uses, int* nuses) noexcept {
   auto l = blocks_.lock();
   const State st = b->st();
   if (!b->spillable || st == State::Freed || b->va == 0) return SpillResult::NotSpillable;
+  if (!spill_asked_.load(std::memory_order_relaxed)) spill_asked_.store(true, std::memory_order_relaxed);
   if (st == State::Fetching) return SpillResult::Busy;
   if (st != State::Resident) return SpillResult::AlreadyMoving;
   if (held_ != 0 || b->captured || b->user_pins != 0 || b->ops_pending != 0 || b->ready.load() != nullptr)

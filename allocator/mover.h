@@ -92,6 +92,9 @@ class Mover {
   bool stop_tiering(const char* why) noexcept;
   // Null while tiering runs; else why it stopped.
   const char* tiering_stopped() const noexcept { return stopped_.load(std::memory_order_acquire); }
+  // Whether a spill of a live, spillable block was ever asked for (whatever
+  // came of it): until then no block's use is one a move waits on.
+  bool spill_asked() const noexcept { return spill_asked_.load(std::memory_order_relaxed); }
   // The next spill the mover thread finalises finds a broken invariant: how
   // tests reach the containment of one (Modes.ContainedBrokenInvariant*).
   void inject_broken_invariant() noexcept { injected_.store(true, std::memory_order_relaxed); }
@@ -167,6 +170,7 @@ class Mover {
   std::atomic<const char*> stopped_{nullptr};
   std::atomic<bool> stopping_tiering_{false};
   std::atomic<bool> injected_{false};
+  std::atomic<bool> spill_asked_{false};  // set once, never cleared
   char why_[kWhyBytes] = {};
 
   // Attempts and completions apart (Stats): a failed move is never counted

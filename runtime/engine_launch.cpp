@@ -221,15 +221,19 @@ void Engine::after_use(const BlockList& blocks, CUstream key, bool capturing, bo
 // earlier. So only where some thread of ours may record on the stream, and
 // only when every block named is one whose move is never timed to its last
 // use: a small allocation's slab, a block never spilled, or one the policy
-// found persistent (weights, optimizer state) or workspace. An activation,
-// a block not yet classified, or a granule group's member records at once.
+// found persistent (weights, optimizer state) or workspace; and every block
+// of any class while no spill was ever asked for (a job that fits on the
+// device pays no event per launch; the first spill's wait may include up to
+// a window of later work). An activation or a block not yet classified,
+// once spills began, and a granule group's member always, records at once.
 bool Engine::may_record_lazily(const BlockList& blocks, CUstream key) const noexcept {
   if (!drv::names_a_stream(key) && !(key == CU_STREAM_LEGACY && (count() == 1 || on_engine_context()))) return false;
   constexpr std::uint8_t kPersistent = 1 + static_cast<std::uint8_t>(policy::LifetimeClass::Persistent);
   constexpr std::uint8_t kWorkspace = 1 + static_cast<std::uint8_t>(policy::LifetimeClass::Workspace);
+  const bool nothing_moves = !alloc_->spill_asked();
   for (const alloc::Block* b : blocks.span()) {
     if (b->group != nullptr) return false;
-    if (b->slab || !b->spillable) continue;
+    if (b->slab || !b->spillable || nothing_moves) continue;
     const std::uint8_t c = b->lifetime.load(std::memory_order_relaxed);
     if (c != kPersistent && c != kWorkspace) return false;
   }

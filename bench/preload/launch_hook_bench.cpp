@@ -116,10 +116,12 @@ std::vector<CUdeviceptr>& blocks(size_t n) {
   return live;
 }
 
-void launch_args(size_t n, CUdeviceptr (&ptrs)[8], void* (&params)[8]) {
+// `shift` picks other blocks than those shift 0 picks (which the weights
+// runs classify).
+void launch_args(size_t n, CUdeviceptr (&ptrs)[8], void* (&params)[8], size_t shift = 0) {
   auto& live = blocks(n);
   for (int i = 0; i < 8; ++i) {
-    ptrs[i] = live[(i * live.size()) / 8] + 256;  // interior pointers, as tensor views are
+    ptrs[i] = live[(i * live.size()) / 8 + shift] + 256;  // interior pointers, as tensor views are
     params[i] = &ptrs[i];
   }
 }
@@ -217,18 +219,31 @@ bool as_weights(const Setup& s, void** params) {
 //    thread and simdev's stream worker share it);
 //  - "policy_cpu_ns": the policy thread's CPU time per hooked launch;
 //  - "events_per_launch": use events recorded per hooked launch.
-// weights:0 names blocks not yet classified (as an activation would be:
-// each launch records its use event); weights:1 names blocks the policy
-// found persistent, whose launches share their stream's use event (lazy use
-// events).
+// weights:0 names blocks not yet classified, as an activation would be:
+// with moving:0, in a process where no spill was asked for yet (a job that
+// fits on the device), its launches share their stream's use event; with
+// moving:1, after a spill (of a block of its own), each launch records its
+// use event, as an activation's does in a job that spills. weights:1 names
+// blocks the policy found persistent, whose launches share their stream's
+// use event either way (lazy use events).
+bool spill_asked_for(const struct Setup& s);
 void BM_LaunchHookAdded(benchmark::State& st) {
   const Setup& s = setup();
   CUdeviceptr ptrs[8];
   void* params[8];
   if (!fits(st, static_cast<size_t>(st.range(0)))) return;
-  launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
+  // moving:1 runs after weights:1, which made the blocks shift 0 names persistent.
+  launch_args(static_cast<size_t>(st.range(0)), ptrs, params, st.range(2) != 0 ? 1 : 0);
   if (st.range(1) != 0 && !as_weights(s, params)) {
     st.SkipWithError("the policy did not find the blocks persistent (the reactive policy classifies nothing)");
+    return;
+  }
+  if (st.range(2) == 0 && s.engine->allocator_stats().spill_asked) {
+    st.SkipWithError("a spill was asked for earlier in this process (moving:0 runs before moving:1 and BM_DemandFetchLaunch)");
+    return;
+  }
+  if (st.range(2) != 0 && !spill_asked_for(s)) {
+    st.SkipWithError("no spill could be made");
     return;
   }
   const std::uint64_t events_before = s.engine->allocator_stats().use_events;
@@ -285,6 +300,22 @@ void BM_LaunchHookAdded(benchmark::State& st) {
   st.counters["preempted_hooked"] = static_cast<double>(preempted[1]) / static_cast<double>(rounds);
   st.counters["events_per_launch"] =
       static_cast<double>(s.engine->allocator_stats().use_events - events_before) / launches;
+}
+
+// Spills a block of its own (then frees it): from then on the allocator
+// has been asked to move memory. False when the spill did not happen in 30 s.
+bool spill_asked_for(const Setup& s) {
+  if (s.engine->allocator_stats().spills_done > 0) return true;
+  CUdeviceptr block = 0;
+  if (s.engine->allocate(&block, kBlockBytes, nullptr) || TIERRT_CU(cuMemsetD8, block, 1, kBlockBytes)) std::abort();
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (s.engine->allocator_stats().spills_done == 0 && std::chrono::steady_clock::now() < deadline) {
+    (void)s.engine->advise(block, TIERRT_ADVISE_SPILL);
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  cuCtxSynchronize();
+  if (s.engine->free_async(block, nullptr, [] { return CUDA_ERROR_NOT_FOUND; })) std::abort();
+  return s.engine->allocator_stats().spills_done > 0;
 }
 
 // A launch naming one spilled block of st.range(0) bytes: the block is
@@ -360,10 +391,12 @@ BENCHMARK(BM_LaunchDirect)->Arg(100)->Arg(1000)->Arg(10000);
 BENCHMARK(BM_LaunchThroughHook)->Arg(100)->Arg(1000)->Arg(10000);
 BENCHMARK(BM_HookWorkOnly)->Arg(100)->Arg(1000)->Arg(10000);
 // Not classified first: once found persistent, a block stays so.
-BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights"})->Args({100, 0})->Args({1000, 0})->Args({10000, 0})
-    ->Iterations(200);
-BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights"})->Args({100, 1})->Args({1000, 1})->Args({10000, 1})
-    ->Iterations(200);
+BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights", "moving"})
+    ->Args({100, 0, 0})->Args({1000, 0, 0})->Args({10000, 0, 0})->Iterations(200);
+BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights", "moving"})
+    ->Args({100, 1, 0})->Args({1000, 1, 0})->Args({10000, 1, 0})->Iterations(200);
+BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights", "moving"})
+    ->Args({100, 0, 1})->Args({1000, 0, 1})->Args({10000, 0, 1})->Iterations(200);
 // After the blocks were found persistent (the benchmarks share them).
 BENCHMARK(BM_HookWorkOnlyOnWeights)->Arg(100)->Arg(1000)->Arg(10000);
 BENCHMARK(BM_DemandFetchLaunch)->Arg(4 << 20)->Arg(64 << 20)->Iterations(20);

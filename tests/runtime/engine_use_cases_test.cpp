@@ -120,5 +120,59 @@ TEST_F(EngineUseCasesTest, AGraphLaunchIsForwardedAndCounted) {
   EXPECT_EQ(before + 1, engine_->launches()) << "only the launch that went out counts";
 }
 
+// Before any spill was asked for, nothing is being moved off the device, so
+// a launch naming a block of any class shares its stream's use event (a job
+// that fits pays no event per launch); the first spill still waits for that
+// use, and from then on a launch naming a block not classified persistent
+// records its own event. Its own process (*FirstSpill*): the engine is the
+// process's, and any spill before it would end what it looks at.
+TEST_F(EngineUseCasesTest, FirstSpillEndsLazyUsesOfUnclassifiedBlocksAndWaitsForThem) {
+  ASSERT_FALSE(engine_->allocator_stats().spill_asked) << "run it in a process of its own (*FirstSpill*)";
+  const size_t bytes = 4u << 20, n = bytes / 4;
+  CUdeviceptr bad = allocate(4), a = allocate(bytes), b = allocate(bytes);
+  std::uint32_t step = 7, layer = 0;
+  auto launch = [&](CUfunction f, void** params) {
+    return engine_->launch(f, nullptr, params, nullptr, [&] {
+      return TIERRT_CU(cuLaunchKernel, f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr);
+    });
+  };
+  ASSERT_EQ(CUDA_SUCCESS, engine_->access({{bad, 4}}, CU_STREAM_LEGACY,
+                                          [&] { return TIERRT_CU(cuMemsetD32, bad, 0, 1); }));
+  const alloc::Stats before = engine_->allocator_stats();
+  void* write_a[] = {&a, const_cast<size_t*>(&n), &step, &layer};
+  ASSERT_EQ(CUDA_SUCCESS, launch(k_.write, write_a));
+  ASSERT_EQ(CUDA_SUCCESS, launch(k_.write, write_a));
+  const alloc::Stats lazy = engine_->allocator_stats();
+  EXPECT_EQ(before.lazy_uses + 2, lazy.lazy_uses) << "a launch recorded its own event before any spill was asked for";
+
+  // The spill's copy waits for the lazy uses: the bytes come back whole.
+  ASSERT_TRUE(spills_soon(a));
+  EXPECT_TRUE(engine_->allocator_stats().spill_asked);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (engine_->allocator_stats().spills_done == before.spills_done && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(before.spills_done + 1, engine_->allocator_stats().spills_done) << "the spill did not complete";
+  layer = 1;
+  void* write_b[] = {&b, const_cast<size_t*>(&n), &step, &layer};
+  const alloc::Stats asked = engine_->allocator_stats();
+  ASSERT_EQ(CUDA_SUCCESS, launch(k_.write, write_b));
+  const alloc::Stats eager = engine_->allocator_stats();
+  EXPECT_EQ(asked.lazy_uses, eager.lazy_uses) << "once spills began, an unclassified block's use was lazy";
+  EXPECT_EQ(asked.use_events + 1, eager.use_events);
+
+  layer = 0;
+  void* check_a[] = {&a, const_cast<size_t*>(&n), &step, &layer, &bad};
+  ASSERT_EQ(CUDA_SUCCESS, launch(k_.check, check_a));
+  layer = 1;
+  void* check_b[] = {&b, const_cast<size_t*>(&n), &step, &layer, &bad};
+  ASSERT_EQ(CUDA_SUCCESS, launch(k_.check, check_b));
+  std::uint32_t wrong = 1;
+  ASSERT_EQ(CUDA_SUCCESS, engine_->access({{bad, 4}}, CU_STREAM_LEGACY,
+                                          [&] { return TIERRT_CU(cuMemcpyDtoH, &wrong, bad, 4); }));
+  EXPECT_EQ(0u, wrong) << "a spill that followed lazy uses lost bytes";
+  EXPECT_GE(engine_->allocator_stats().fetches, 1u) << "the spilled block was not fetched back";
+  for (CUdeviceptr p : {a, b, bad}) EXPECT_EQ(CUDA_SUCCESS, free_tracked(p));
+}
+
 }  // namespace
 }  // namespace tierrt

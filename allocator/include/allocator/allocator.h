@@ -106,6 +106,7 @@ struct Stats {
   std::uint64_t use_events = 0, lazy_uses = 0;
   std::uint64_t lazy_uses_unlocked = 0;  // of lazy_uses, those that took no lock (use_tracker.h)
   bool tiering_stopped = false;  // Allocator::stop_tiering: no spill starts
+  bool spill_asked = false;      // Allocator::spill_asked
 };
 
 // What the mover saw, for whoever plans the moves (the runtime's policy).
@@ -239,6 +240,10 @@ class Allocator {
   void stop_tiering(const char* why) noexcept;
   // Null while tiering runs, else why it stopped.
   const char* tiering_stopped() const noexcept;
+  // Whether any spill was asked for yet: before the first, launches on
+  // blocks of every kind may share their stream's use event (the engine's
+  // may_record_lazily), as nothing is being moved off the device.
+  bool spill_asked() const noexcept;
   // Brings spilled blocks back while the budget has room, spilling nothing;
   // returns how many stay spilled (they come back when used). Not from the
   // mover's thread (a fetch of a block still moving waits for it).
