@@ -171,8 +171,11 @@ SpillResult Mover::enqueue_spill(Op* op, UseSlot* uses, int nuses) noexcept {
   CUresult r = CUDA_SUCCESS;
   for (int i = 0; i < nuses && r == CUDA_SUCCESS; ++i) {
     CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
-    // A stream that cannot say is taken as capturing, unless its use is over.
-    const CUresult q = TIERRT_CU(cuStreamIsCapturing, uses[i].stream, &cs);
+    // A stream that cannot say is taken as capturing, unless its use is over
+    // (another thread's per-thread default stream cannot be asked from here).
+    const CUresult q = drv::is_foreign_stream_key(uses[i].stream)
+                           ? CUDA_ERROR_INVALID_HANDLE
+                           : TIERRT_CU(cuStreamIsCapturing, uses[i].stream, &cs);
     if ((q != CUDA_SUCCESS && TIERRT_CU(cuEventQuery, uses[i].ev->ev) != CUDA_SUCCESS) ||
         cs != CU_STREAM_CAPTURE_STATUS_NONE) {
       r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <thread>
 
+#include "allocator/capture_gate.h"
 #include "driver/driver.h"
 
 namespace tierrt::alloc {
@@ -293,7 +294,9 @@ void UseTracker::record_open_locked(OpenStream& st, bool launcher) noexcept {
     // Our blocking stream runs after the legacy stream's earlier work.
     r = legacy_proxy_ != nullptr ? TIERRT_CU(cuEventRecord, e->ev, legacy_proxy_) : CUDA_ERROR_NOT_READY;
   } else {
-    // Never into a capture: the event would be the graph's, not a record.
+    // Never into a capture: the event would be the graph's, not a record
+    // (nor into one begun between the question and the record).
+    const CaptureGate::Probe probe;
     CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
     r = TIERRT_CU(cuStreamIsCapturing, s, &cs);
     if (r == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE) r = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
@@ -400,13 +403,33 @@ CUresult UseTracker::wait_then_unref(CUstream s, std::span<const UseSlot> uses) 
   return r;
 }
 
+namespace {
+
+// One question to a stream that ends a capture it meets (a query, or a
+// synchronize): asked only while the stream says it does not capture, with
+// no capture beginning between the two calls (capture_gate.h).
+CUresult probe_stream(CUstream s, bool synchronize) noexcept {
+  const CaptureGate::Probe probe;
+  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
+  const CUresult q = TIERRT_CU(cuStreamIsCapturing, s, &cs);
+  if (q != CUDA_SUCCESS) return q;
+  if (cs != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  return synchronize ? TIERRT_CU(cuStreamSynchronize, s) : TIERRT_CU(cuStreamQuery, s);
+}
+
+// A context synchronize ends every capture open in the context, another
+// thread's too: it is made only while no capture is open in the process.
+CUresult synchronize_context() noexcept {
+  const CaptureGate::Probe probe;
+  if (!probe.no_capture_open()) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+  return TIERRT_CU(cuCtxSynchronize);
+}
+
+}  // namespace
+
 CUresult UseTracker::poll_stream(CUstream s) noexcept {
   for (int polls = 0;; ++polls) {
-    // Querying a stream that captures would end its capture.
-    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-    CUresult r = TIERRT_CU(cuStreamIsCapturing, s, &cs);
-    if (r == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    if (r == CUDA_SUCCESS) r = TIERRT_CU(cuStreamQuery, s);
+    const CUresult r = probe_stream(s, /*synchronize=*/false);
     if (r != CUDA_ERROR_NOT_READY) return r;
     if (polls < 100) std::this_thread::yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(20));
@@ -419,29 +442,20 @@ CUresult UseTracker::wait_host(const UseSlot& u) noexcept {
     if (TIERRT_CU(cuEventSynchronize, u.ev->ev) == CUDA_SUCCESS) return CUDA_SUCCESS;
   // Another thread's per-thread default stream cannot be named here: only
   // the context can be waited for.
-  if (drv::is_foreign_stream_key(u.stream)) return TIERRT_CU(cuCtxSynchronize);
-  // Synchronizing a stream that captures would end its capture: only one
-  // that says it does not is waited for.
-  CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-  const CUresult q = TIERRT_CU(cuStreamIsCapturing, u.stream, &cs);
-  if (q == CUDA_SUCCESS && cs != CU_STREAM_CAPTURE_STATUS_NONE) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-  if (q == CUDA_SUCCESS && TIERRT_CU(cuStreamSynchronize, u.stream) == CUDA_SUCCESS) return CUDA_SUCCESS;
-  // A context synchronize invalidates every capture open in the context,
-  // another thread's too: while the stream answers queries, it is polled
-  // instead. (Under injected faults the random truth program once saw its
-  // capture invalidated; this fallback is one way that happens.)
-  if (q == CUDA_SUCCESS && poll_stream(u.stream) == CUDA_SUCCESS) return CUDA_SUCCESS;
+  if (drv::is_foreign_stream_key(u.stream)) return synchronize_context();
+  const CUresult q = probe_stream(u.stream, /*synchronize=*/true);
+  if (q == CUDA_SUCCESS || q == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) return q;
+  // A failed synchronize: while the stream answers queries, it is polled.
+  const CUresult p = poll_stream(u.stream);
+  if (p == CUDA_SUCCESS || p == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) return p;
   // A stream destroyed since cannot be waited for: the context can.
-  return TIERRT_CU(cuCtxSynchronize);
+  return synchronize_context();
 }
 
 bool UseTracker::completed(const UseSlot& u) noexcept {
   if (unrecorded(u.ev)) {
     if (drv::is_foreign_stream_key(u.stream)) return false;
-    // Querying a stream that captures would end its capture.
-    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_ACTIVE;
-    return TIERRT_CU(cuStreamIsCapturing, u.stream, &cs) == CUDA_SUCCESS && cs == CU_STREAM_CAPTURE_STATUS_NONE &&
-           TIERRT_CU(cuStreamQuery, u.stream) == CUDA_SUCCESS;
+    return probe_stream(u.stream, /*synchronize=*/false) == CUDA_SUCCESS;
   }
   return TIERRT_CU(cuEventQuery, u.ev->ev) == CUDA_SUCCESS;
 }

@@ -75,6 +75,8 @@ class UseTracker {
   void unref(UseEvent* e) noexcept;
   // The marker of a use no event stands for (never pooled, never counted).
   static bool unrecorded(const UseEvent* e) noexcept { return e == &unrecorded_; }
+  // A use on `s` no event stands for: waited for through its stream.
+  static UseSlot unrecorded_use(CUstream s) noexcept { return UseSlot{s, &unrecorded_, 0}; }
 
   // Records that work just enqueued on `s` uses the blocks. The caller
   // keeps them pinned meanwhile, so that no spill starts. When no event can

@@ -13,9 +13,12 @@ using namespace tierrt::preload;
 
 namespace {
 
+// The driver's call, innermost, goes through the capture gate: no probe of
+// tierrt's straddles a capture's beginning (Engine::gated_begin).
 template <class Forward>
 CUresult begin_capture(CUstream s, CUstreamCaptureMode mode, Forward&& forward) noexcept {
-  return through_engines([&](Engine& e, auto& next) { return e.begin_capture(s, mode, next); }, forward);
+  auto gated = [&] { return Engine::gated_begin(forward); };
+  return through_engines([&](Engine& e, auto& next) { return e.begin_capture(s, mode, next); }, gated);
 }
 
 }  // namespace
@@ -52,7 +55,10 @@ TIERRT_BEGIN_CAPTURE_TO_GRAPH_(cuStreamBeginCaptureToGraph_ptsz, ptsz)
 
 #define TIERRT_END_CAPTURE_(name, stream_of)                                           \
   CUresult name(CUstream s, CUgraph* graph) {                                          \
-    auto forward = [&] { return TIERRT_REAL(name, cuStreamEndCapture)(s, graph); };    \
+    auto forward = [&] {                                                               \
+      auto end = [&] { return TIERRT_REAL(name, cuStreamEndCapture)(s, graph); };      \
+      return Engine::gated_end(stream_of(s), end);                                      \
+    };                                                                                 \
     return through_engines([&](Engine& e, auto& next) { return e.end_capture(stream_of(s), graph, next); }, forward); \
   }
 TIERRT_END_CAPTURE_(cuStreamEndCapture, TIERRT_SAME_)
@@ -80,7 +86,8 @@ TIERRT_EVENT_RECORD_FLAGS_(cuEventRecordWithFlags_ptsz, ptsz)
 #define TIERRT_STREAM_WAIT_(name, stream_of)                                          \
   CUresult name(CUstream s, CUevent ev, unsigned flags) {                             \
     each_engine([&](Engine& e) { e.before_stream_wait(stream_of(s)); });              \
-    const CUresult r = TIERRT_REAL(name, cuStreamWaitEvent)(s, ev, flags);            \
+    auto wait = [&] { return TIERRT_REAL(name, cuStreamWaitEvent)(s, ev, flags); };   \
+    const CUresult r = Engine::gated_wait(wait);                                      \
     if (r == CUDA_SUCCESS) each_engine([&](Engine& e) { e.note_stream_wait(stream_of(s), ev); }); \
     return r;                                                                         \
   }

@@ -8,7 +8,9 @@
 #include <chrono>
 #include <thread>
 
+#include "allocator/capture_gate.h"
 #include "driver/driver.h"
+#include "allocator/use_tracker.h"
 #include "tests/allocator/sim_support.h"
 
 namespace tierrt::alloc::testing {
@@ -1169,6 +1171,74 @@ TEST(AllocatorAuto, PicksRemapWhereHostVmmWorks) {
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(a->mode(), SpillMode::Remap);
   EXPECT_EQ(a->granularity(), 2 * MiB);
+}
+
+
+// tierrt's waits for a use with no event ask the use's stream whether it
+// captures, then query or synchronize it, or synchronize the context; each
+// of those ends a capture it meets (capture_gate.h).
+
+// The application begins and ends captures on a stream while another thread
+// polls it: no poll's query lands in a capture begun after its question.
+TEST(CaptureGate, APollOfAStreamNeverEndsACaptureBegunMeanwhile) {
+  Env::get().bind();
+  CUstream s;
+  CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> polls{0}, refused{0};
+  std::thread prober([&] {
+    Env::get().bind();
+    while (!stop.load()) {
+      if (UseTracker::poll_stream(s) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) refused.fetch_add(1);
+      polls.fetch_add(1);
+    }
+  });
+  CaptureGate& gate = CaptureGate::process();
+  int ended_by_a_probe = 0;
+  for (int i = 0; i < 3000; ++i) {
+    CU_OK(gate.begin([&] { return cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED); }));
+    std::this_thread::yield();
+    CUgraph g = nullptr;
+    const CUresult ended = cuStreamEndCapture(s, &g);
+    gate.capture_closed();
+    if (ended != CUDA_SUCCESS) ++ended_by_a_probe;
+    if (g != nullptr) CU_OK(cuGraphDestroy(g));
+  }
+  stop = true;
+  prober.join();
+  EXPECT_EQ(ended_by_a_probe, 0) << "a poll queried a stream that had begun capturing since it asked";
+  EXPECT_GT(refused.load(), 0u) << "no poll met an open capture: the test did not interleave";
+  EXPECT_EQ(gate.open_captures(), 0);
+  CU_OK(cuStreamDestroy(s));
+}
+
+// A use with no event on another thread's per-thread default stream can be
+// waited for only by synchronizing the context, which would end every
+// capture open in it: while one is, the wait is refused instead, and the
+// capture goes on. Once none is open, the context is synchronized.
+TEST(CaptureGate, AContextSynchronizeWaitsForNoCaptureAndIsRefusedWhileOneIsOpen) {
+  Env::get().bind();
+  const CUstream mine = drv::this_thread_stream_key();
+  CUstream s;
+  CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  auto wait_from_another_thread = [&] {
+    CUresult r = CUDA_ERROR_UNKNOWN;
+    std::thread t([&] {
+      Env::get().bind();
+      r = UseTracker::wait_host(UseTracker::unrecorded_use(mine));
+    });
+    t.join();
+    return r;
+  };
+  CaptureGate& gate = CaptureGate::process();
+  CU_OK(gate.begin([&] { return cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL); }));
+  EXPECT_EQ(wait_from_another_thread(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+  CUgraph g = nullptr;
+  EXPECT_EQ(cuStreamEndCapture(s, &g), CUDA_SUCCESS) << "the wait synchronized the context during the capture";
+  gate.capture_closed();
+  if (g != nullptr) CU_OK(cuGraphDestroy(g));
+  EXPECT_EQ(wait_from_another_thread(), CUDA_SUCCESS);
+  CU_OK(cuStreamDestroy(s));
 }
 
 }  // namespace

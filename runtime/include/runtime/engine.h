@@ -25,6 +25,7 @@
 #include "allocator/ranked_mutex.h"
 #include "runtime/lock_rank.h"
 #include "allocator/allocator.h"
+#include "allocator/capture_gate.h"
 #include "runtime/allocation_records.h"
 #include "runtime/block_list.h"
 #include "runtime/capture_tracker.h"
@@ -364,6 +365,21 @@ class Engine {
     const CUresult r = forward();
     if (!(r == CUDA_SUCCESS && capture_began(s, mode)) && global) resume_after_capture();
     return r;
+  }
+  // The driver's own calls that begin, join or end a capture, made through
+  // the process's capture gate (allocator/capture_gate.h) by the capture
+  // hooks, innermost, so that no probe of tierrt's straddles them.
+  template <class Begin>
+  static CUresult gated_begin(Begin&& begin) noexcept {
+    return alloc::CaptureGate::process().begin(begin);
+  }
+  template <class Wait>
+  static CUresult gated_wait(Wait&& wait) noexcept {
+    return alloc::CaptureGate::process().join(wait);
+  }
+  template <class End>
+  static CUresult gated_end(CUstream s, End&& end) noexcept {
+    return alloc::CaptureGate::process().end(s, end);
   }
   // cuStreamEndCapture: what the capture named belongs to the graph made.
   template <class Forward>
