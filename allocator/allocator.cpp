@@ -366,6 +366,7 @@ Stats Allocator::stats() const noexcept {
   s.tiering_stopped = p_->mover->tiering_stopped() != nullptr;
   s.spill_asked = p_->mover->spill_asked();
   p_->uses.counts(&s.use_events, &s.lazy_uses, &s.lazy_uses_unlocked);
+  s.lazy_records_background = p_->uses.background_records();
   {
     auto l = p_->blocks.lock();
     s.groups = p_->live_groups;

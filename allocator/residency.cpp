@@ -107,6 +107,9 @@ void Allocator::flush_uses(CUstream stream, bool stream_destroyed) noexcept {
   p_->uses.flush(stream, stream_destroyed);
 }
 
+void Allocator::set_background_use_records(bool on) noexcept { p_->uses.set_background_records(on); }
+void Allocator::record_aged_uses() noexcept { p_->uses.record_aged(); }
+
 CUresult Allocator::pin(Block* b, CUstream stream) noexcept {
   if (b == nullptr) return CUDA_ERROR_INVALID_VALUE;
   Block* one[] = {b};

@@ -21,6 +21,7 @@ UseTracker::~UseTracker() {
 CUresult UseTracker::start(std::uint64_t window_ns) noexcept {
   window_clock_.calibrate();
   window_ = window_clock_.ticks_in(window_ns);
+  background_window_ = window_ > UINT64_MAX / kLauncherWindows ? UINT64_MAX : window_ * kLauncherWindows;
   return TIERRT_CU(cuStreamCreate, &legacy_proxy_, 0u);
 }
 
@@ -191,7 +192,7 @@ bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream
   OpenStream* st = open_stream(s);
   if (st == nullptr) return false;
   // The window passed: the locked way records the event.
-  if (now - st->recorded_at.load(std::memory_order_relaxed) >= window_) return false;
+  if (now - st->recorded_at.load(std::memory_order_relaxed) >= launcher_window(s)) return false;
   // Read after the launch was enqueued: while the event is still open, its
   // record comes after the launch (record_open_locked clears open_now first).
   UseEvent* e = st->open_now.load(std::memory_order_seq_cst);
@@ -247,8 +248,23 @@ CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s) n
     return record_now(blocks, s);
   }
   ++st->lazy_uses;
-  if (now - st->recorded_at.load(std::memory_order_relaxed) >= window_) record_open_locked(*st, /*launcher=*/true);
+  if (now - st->recorded_at.load(std::memory_order_relaxed) >= launcher_window(s))
+    record_open_locked(*st, /*launcher=*/true);
   return CUDA_SUCCESS;
+}
+
+void UseTracker::record_aged() noexcept {
+  const std::uint64_t now = window_clock_.now();
+  for (OpenStream& st : open_) {
+    const CUstream s = st.key.load(std::memory_order_acquire);
+    if (!drv::names_a_stream(s) || st.open_now.load(std::memory_order_relaxed) == nullptr ||
+        now - st.recorded_at.load(std::memory_order_relaxed) < window_)
+      continue;
+    std::unique_lock<RankedMutex> g(st.mu, std::try_to_lock);
+    if (!g.owns_lock() || st.key.load(std::memory_order_relaxed) != s || st.open == nullptr) continue;
+    record_open_locked(st, /*launcher=*/false);
+    background_records_.fetch_add(1, std::memory_order_relaxed);
+  }
 }
 
 // Where a stream's search of the table starts (handles are aligned pointers).

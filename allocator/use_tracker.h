@@ -31,6 +31,14 @@
 // and that each block's slot holds it (Block::lazy_open, cleared by any other
 // change of the block's slots), while the window has not passed (once it
 // has, the locked path records the event).
+//
+// Where a background thread records aged events (the policy thread calls
+// record_aged() at each turn, every 50 us at most while launches come), a
+// launch records one itself only once kLauncherWindows windows passed: the
+// event record, the largest cost left on the launch path, moves off it,
+// and a wait on a lazy use still includes at most a few windows of later
+// work. Only on named streams: a settle of the legacy stream's event from
+// another thread records on a blocking stream of ours instead.
 #pragma once
 
 #include <cuda.h>
@@ -93,6 +101,16 @@ class UseTracker {
   // (in the current context, the allocator's); `window_ns`: how long an
   // open event may gather lazy uses before a launch records it.
   CUresult start(std::uint64_t window_ns) noexcept;
+  // A background thread will call record_aged() at each of its turns (or,
+  // false, no longer will): launches on named streams leave their open
+  // event's record to it until kLauncherWindows windows passed.
+  void set_background_records(bool on) noexcept { background_.store(on, std::memory_order_relaxed); }
+  // Records each named stream's open event whose window passed (a stream
+  // whose lock a launch holds is left to that launch). Any thread with the
+  // allocator's context current, holding no lock of the allocator's.
+  void record_aged() noexcept;
+  // Open events record_aged() recorded.
+  std::uint64_t background_records() const noexcept { return background_records_.load(std::memory_order_relaxed); }
   // Use events recorded so far, uses that shared an open event, and those of
   // them that took no lock (their blocks held the open event already).
   void counts(std::uint64_t* events, std::uint64_t* lazy, std::uint64_t* unlocked) noexcept;
@@ -201,6 +219,10 @@ class UseTracker {
   void settle(UseSlot* u) noexcept;
   bool settle_event(UseEvent* e) noexcept;  // true once it is recorded
   CUresult record_lazily(std::span<Block* const> blocks, CUstream s) noexcept;
+  // The window a launch on `s` records its stream's open event after.
+  std::uint64_t launcher_window(CUstream s) const noexcept {
+    return background_.load(std::memory_order_relaxed) && s != CU_STREAM_LEGACY ? background_window_ : window_;
+  }
   // Every block holds `s`'s open event already, and the window has not
   // passed: nothing to store, no lock.
   bool record_lazily_unlocked(std::span<Block* const> blocks, CUstream s, std::uint64_t now) noexcept;
@@ -240,6 +262,10 @@ class UseTracker {
   // settled it earlier.
   TickClock window_clock_;  // steady_clock until start() calibrates it
   std::uint64_t window_ = 20'000;  // in window_clock_'s ticks
+  static constexpr std::uint64_t kLauncherWindows = 4;
+  std::uint64_t background_window_ = 80'000;  // kLauncherWindows windows, saturated
+  std::atomic<bool> background_{false};  // a thread calls record_aged()
+  std::atomic<std::uint64_t> background_records_{0};
   std::uint64_t eager_records_ = 0;  // under mu_
   std::atomic<std::uint64_t> clock_{0};
 };

@@ -133,6 +133,9 @@ void PolicyThread::run() {
   Message m;
   std::uint64_t ns = 0;
   last_taken_ns_ = steady_ns();
+  // The launches' open use events whose window passed are recorded here, at
+  // each turn, rather than by a launch (use_tracker.h).
+  allocator_.set_background_use_records(true);
   for (;;) {
     const std::uint64_t taken_before = taken_.load(std::memory_order_relaxed);
     try {
@@ -159,8 +162,12 @@ void PolicyThread::run() {
     }
     while (failed_ && take(&m, &ns)) {
     }  // drained, not planned: the reactive policy is in charge
+    allocator_.record_aged_uses();
     std::unique_lock lock(mu_);
-    if (stopping_.load(std::memory_order_acquire)) return;
+    if (stopping_.load(std::memory_order_acquire)) {
+      allocator_.set_background_use_records(false);
+      return;
+    }
     if (may_nap(steady_ns())) {
       napping_.store(true, std::memory_order_seq_cst);
       naps_.fetch_add(1, std::memory_order_relaxed);

@@ -1092,6 +1092,49 @@ TEST_P(LazyUses, AStreamDestroyedWithAnOpenUseIsWaitedForOnTheDevice) {
   for (CUstream l : later) CU_OK(cuStreamDestroy(l));
 }
 
+// Where a background thread records aged open events (the policy thread,
+// use_tracker.h), a launch after the window leaves the record to it, until
+// kLauncherWindows windows passed; the background record is a record all
+// the same: a spill's copy waits for the late kernel it covers.
+TEST_P(LazyUses, AnAgedOpenEventIsRecordedInTheBackgroundNotByTheLaunch) {
+  Options o;
+  o.lazy_use_window_ns = 20'000'000;  // 20 ms
+  auto a = make(GetParam(), o);
+  a->set_background_use_records(true);
+  Block* b = alloc(*a, 8 * MiB);
+  CUstream s;
+  CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  CU_OK(fill_late_lazily(*a, b, s, 50));  // opens the stream's event
+  const std::uint64_t events = a->stats().use_events;
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));  // one window, not four
+  late_gate() = false;
+  CU_OK(fill_late_lazily(*a, b, s, 51));
+  EXPECT_EQ(a->stats().use_events, events) << "the launch recorded the aged event itself";
+  a->record_aged_uses();
+  EXPECT_EQ(a->stats().use_events, events + 1);
+  EXPECT_EQ(a->stats().lazy_records_background, 1u);
+  std::thread opener([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    late_gate() = true;
+  });
+  ASSERT_EQ(a->spill(b), SpillResult::Started);
+  a->drain();
+  opener.join();
+  std::vector<std::uint8_t> back;
+  CU_OK(read(*a, b, &back, s));
+  EXPECT_TRUE(back == expected(8 * MiB, 51)) << "the spill copied the block before the use wrote it";
+  // Four windows with no background turn: the launch records the event.
+  CU_OK(fill_late_lazily(*a, b, s, 52));
+  const std::uint64_t before = a->stats().use_events;
+  std::this_thread::sleep_for(std::chrono::milliseconds(90));
+  CU_OK(fill_late_lazily(*a, b, s, 53));
+  EXPECT_EQ(a->stats().use_events, before + 1) << "no record after four windows without a background turn";
+  a->set_background_use_records(false);
+  CU_OK(a->free(b->va, s));
+  CU_OK(cuStreamSynchronize(s));
+  CU_OK(cuStreamDestroy(s));
+}
+
 INSTANTIATE_TEST_SUITE_P(Allocator, LazyUses, ::testing::Values(SpillMode::Remap, SpillMode::Copy),
                          [](const auto& i) { return i.param == SpillMode::Remap ? "remap" : "copy"; });
 

@@ -105,6 +105,7 @@ struct Stats {
   // and uses recorded lazily (sharing their stream's open event).
   std::uint64_t use_events = 0, lazy_uses = 0;
   std::uint64_t lazy_uses_unlocked = 0;  // of lazy_uses, those that took no lock (use_tracker.h)
+  std::uint64_t lazy_records_background = 0;  // open use events a background thread recorded
   bool tiering_stopped = false;  // Allocator::stop_tiering: no spill starts
   bool spill_asked = false;      // Allocator::spill_asked
 };
@@ -229,6 +230,12 @@ class Allocator {
   // it or it joins one (nothing of tierrt's may be recorded into a
   // capture), and before the stream is destroyed (`stream_destroyed`).
   void flush_uses(CUstream stream, bool stream_destroyed = false) noexcept;
+  // A background thread (the policy thread) records the streams' open use
+  // events whose window passed, calling record_aged_uses() at each of its
+  // turns with the allocator's context current: launches then leave that
+  // record to it (use_tracker.h). Off again before that thread ends.
+  void set_background_use_records(bool on) noexcept;
+  void record_aged_uses() noexcept;
 
   // Contained failure: tierrt's own machinery went wrong (a broken
   // invariant, an exception where none was expected) and cannot be trusted

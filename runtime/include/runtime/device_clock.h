@@ -34,7 +34,7 @@ class DeviceClock {
   DeviceClock& operator=(const DeviceClock&) = delete;
 
   bool ok() const noexcept { return ok_; }
-  static constexpr unsigned kMaxShift = 3;
+  static constexpr unsigned kMaxShift = 5;
   // Whether launch `seq` is sampled at a period of kEvery << shift.
   static bool due(std::uint64_t seq, unsigned shift = 0) noexcept { return (seq & ((kEvery << shift) - 1)) == 0; }
 
