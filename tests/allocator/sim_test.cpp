@@ -971,6 +971,21 @@ class LazyUses : public ::testing::TestWithParam<SpillMode> {
     o.lazy_use_window_ns = UINT64_MAX;
     return make(GetParam(), o);
   }
+  // Spills b while a late kernel that fills it with pattern(seed) is held
+  // at the gate (opened 100 ms later), then reads it back: the spill's copy
+  // must have waited for the kernel.
+  static void spill_while_held_then_check(Allocator& a, Block* b, CUstream s, std::uint64_t seed) {
+    std::thread opener([] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      late_gate() = true;
+    });
+    ASSERT_EQ(a.spill(b), SpillResult::Started);
+    a.drain();
+    opener.join();
+    std::vector<std::uint8_t> back;
+    CU_OK(read(a, b, &back, s));
+    EXPECT_TRUE(back == expected(b->size, seed)) << "the spill copied the block before the use wrote it";
+  }
   // Fills b (at the end of a late kernel) on s, recording the use lazily.
   static CUresult fill_late_lazily(Allocator& a, Block* b, CUstream s, std::uint64_t seed) {
     Block* bs[1] = {b};
@@ -1039,16 +1054,7 @@ TEST_P(LazyUses, AUseAfterItsStreamsOpenEventWasRecordedIsWaitedFor) {
   late_gate() = false;
   CU_OK(fill_late_lazily(*a, b, s, 43));  // held at the gate
   EXPECT_EQ(a->stats().lazy_uses_unlocked, 2u) << "a use rode on an event recorded before it";
-  std::thread opener([] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    late_gate() = true;
-  });
-  ASSERT_EQ(a->spill(b), SpillResult::Started);
-  a->drain();
-  opener.join();
-  std::vector<std::uint8_t> back;
-  CU_OK(read(*a, b, &back, s));
-  EXPECT_TRUE(back == expected(8 * MiB, 43)) << "the spill copied the block before the use wrote it";
+  spill_while_held_then_check(*a, b, s, 43);
   CU_OK(a->free(b->va, s));
   CU_OK(cuStreamSynchronize(s));
   CU_OK(cuStreamDestroy(s));
@@ -1113,16 +1119,7 @@ TEST_P(LazyUses, AnAgedOpenEventIsRecordedInTheBackgroundNotByTheLaunch) {
   a->record_aged_uses();
   EXPECT_EQ(a->stats().use_events, events + 1);
   EXPECT_EQ(a->stats().lazy_records_background, 1u);
-  std::thread opener([] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    late_gate() = true;
-  });
-  ASSERT_EQ(a->spill(b), SpillResult::Started);
-  a->drain();
-  opener.join();
-  std::vector<std::uint8_t> back;
-  CU_OK(read(*a, b, &back, s));
-  EXPECT_TRUE(back == expected(8 * MiB, 51)) << "the spill copied the block before the use wrote it";
+  spill_while_held_then_check(*a, b, s, 51);
   // Four windows with no background turn: the launch records the event.
   CU_OK(fill_late_lazily(*a, b, s, 52));
   const std::uint64_t before = a->stats().use_events;
