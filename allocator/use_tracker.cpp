@@ -192,7 +192,7 @@ bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream
   OpenStream* st = open_stream(s);
   if (st == nullptr) return false;
   // The window passed: the locked way records the event.
-  if (now - st->recorded_at.load(std::memory_order_relaxed) >= launcher_window()) return false;
+  if (now - st->recorded_at.load(std::memory_order_relaxed) >= launcher_window(s)) return false;
   // Read after the launch was enqueued: while the event is still open, its
   // record comes after the launch (record_open_locked clears open_now first).
   UseEvent* e = st->open_now.load(std::memory_order_seq_cst);
@@ -248,7 +248,7 @@ CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s) n
     return record_now(blocks, s);
   }
   ++st->lazy_uses;
-  if (now - st->recorded_at.load(std::memory_order_relaxed) >= launcher_window())
+  if (now - st->recorded_at.load(std::memory_order_relaxed) >= launcher_window(s))
     record_open_locked(*st, /*launcher=*/true);
   return CUDA_SUCCESS;
 }
@@ -257,7 +257,7 @@ void UseTracker::record_aged() noexcept {
   const std::uint64_t now = window_clock_.now();
   for (OpenStream& st : open_) {
     const CUstream s = st.key.load(std::memory_order_acquire);
-    if (s == nullptr || st.open_now.load(std::memory_order_relaxed) == nullptr ||
+    if (!drv::names_a_stream(s) || st.open_now.load(std::memory_order_relaxed) == nullptr ||
         now - st.recorded_at.load(std::memory_order_relaxed) < window_)
       continue;
     std::unique_lock<RankedMutex> g(st.mu, std::try_to_lock);

@@ -37,9 +37,8 @@
 // launch records one itself only once kLauncherWindows windows passed: the
 // event record, the largest cost left on the launch path, moves off it,
 // and a wait on a lazy use still includes at most a few windows of later
-// work. The legacy stream's event is recorded, as any settle from another
-// thread records it, on a blocking stream of ours, which runs after the
-// legacy stream's earlier work.
+// work. Only on named streams: a settle of the legacy stream's event from
+// another thread records on a blocking stream of ours instead.
 #pragma once
 
 #include <cuda.h>
@@ -106,7 +105,7 @@ class UseTracker {
   // false, no longer will): launches on named streams leave their open
   // event's record to it until kLauncherWindows windows passed.
   void set_background_records(bool on) noexcept { background_.store(on, std::memory_order_relaxed); }
-  // Records each stream's open event whose window passed (a stream
+  // Records each named stream's open event whose window passed (a stream
   // whose lock a launch holds is left to that launch). Any thread with the
   // allocator's context current, holding no lock of the allocator's.
   void record_aged() noexcept;
@@ -220,9 +219,9 @@ class UseTracker {
   void settle(UseSlot* u) noexcept;
   bool settle_event(UseEvent* e) noexcept;  // true once it is recorded
   CUresult record_lazily(std::span<Block* const> blocks, CUstream s) noexcept;
-  // The window after which a launch records its stream's open event.
-  std::uint64_t launcher_window() const noexcept {
-    return background_.load(std::memory_order_relaxed) ? background_window_ : window_;
+  // The window a launch on `s` records its stream's open event after.
+  std::uint64_t launcher_window(CUstream s) const noexcept {
+    return background_.load(std::memory_order_relaxed) && s != CU_STREAM_LEGACY ? background_window_ : window_;
   }
   // Every block holds `s`'s open event already, and the window has not
   // passed: nothing to store, no lock.
