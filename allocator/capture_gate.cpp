@@ -23,8 +23,8 @@ void CaptureGate::leave_begin() noexcept {
 }
 
 void CaptureGate::capture_closed() noexcept {
-  // Never below zero: a capture the gate was not told of (found open in a
-  // way that bypassed it) may still be said to end.
+  // Never below zero: a capture begun before the hooks were in place was
+  // never counted, yet its end is seen.
   std::int64_t n = open_.load(std::memory_order_relaxed);
   while (n > 0 && !open_.compare_exchange_weak(n, n - 1, std::memory_order_seq_cst)) {
   }
@@ -36,16 +36,13 @@ bool CaptureGate::captures(CUstream s) noexcept {
 }
 
 void CaptureGate::enter_probe() noexcept {
-  bool waited = false;
   for (;;) {
     probes_.fetch_add(1, std::memory_order_seq_cst);
-    if (beginning_.load(std::memory_order_seq_cst) == 0) break;
+    if (beginning_.load(std::memory_order_seq_cst) == 0) return;
     // Withdrawn, so that the beginning capture (which waits for probes) goes on.
     probes_.fetch_sub(1, std::memory_order_seq_cst);
-    waited = true;
     while (beginning_.load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
   }
-  if (waited) held_.fetch_add(1, std::memory_order_relaxed);
 }
 
 }  // namespace tierrt::alloc

@@ -1239,8 +1239,7 @@ TEST(CaptureGate, APollOfAStreamNeverEndsACaptureBegunMeanwhile) {
     CU_OK(gate.begin([&] { return cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_RELAXED); }));
     std::this_thread::yield();
     CUgraph g = nullptr;
-    const CUresult ended = cuStreamEndCapture(s, &g);
-    gate.capture_closed();
+    const CUresult ended = gate.end(s, [&] { return cuStreamEndCapture(s, &g); });
     if (ended != CUDA_SUCCESS) ++ended_by_a_probe;
     if (g != nullptr) CU_OK(cuGraphDestroy(g));
   }
@@ -1274,8 +1273,9 @@ TEST(CaptureGate, AContextSynchronizeWaitsForNoCaptureAndIsRefusedWhileOneIsOpen
   CU_OK(gate.begin([&] { return cuStreamBeginCapture(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL); }));
   EXPECT_EQ(wait_from_another_thread(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
   CUgraph g = nullptr;
-  EXPECT_EQ(cuStreamEndCapture(s, &g), CUDA_SUCCESS) << "the wait synchronized the context during the capture";
-  gate.capture_closed();
+  EXPECT_EQ(gate.end(s, [&] { return cuStreamEndCapture(s, &g); }), CUDA_SUCCESS)
+      << "the wait synchronized the context during the capture";
+  EXPECT_EQ(gate.open_captures(), 0);
   if (g != nullptr) CU_OK(cuGraphDestroy(g));
   EXPECT_EQ(wait_from_another_thread(), CUDA_SUCCESS);
   CU_OK(cuStreamDestroy(s));

@@ -32,12 +32,9 @@ class CaptureGate {
  public:
   static CaptureGate& process() noexcept;
 
-  // The application's side. A capture is about to begin: waits until no
-  // probe is in flight; until leave_begin() no probe starts.
-  void enter_begin() noexcept;
-  void leave_begin() noexcept;
-  // The application's calls that start a capture on a stream, made through
-  // the gate by the capture hooks, innermost (the driver's call itself):
+  // The application's calls that start or end a capture on a stream, made
+  // through the gate by the capture hooks, innermost (the driver's call
+  // itself):
   // - `begin`: cuStreamBeginCapture in every form. Counted open from before
   //   it begins, with no probe in flight meanwhile; not counted if the
   //   driver refused it.
@@ -46,34 +43,31 @@ class CaptureGate {
   // - `end`: cuStreamEndCapture on `s`. Counted closed once the driver says
   //   `s` captures no more (an invalidated capture ends too; End on the
   //   wrong thread or stream ends nothing).
-  template <class Begin>
-  CUresult begin(Begin&& begin) noexcept {
+  template <class Call>
+  CUresult begin(Call&& call) noexcept {
     capture_opened();
     enter_begin();
-    const CUresult r = begin();
+    const CUresult r = call();
     leave_begin();
     if (r != CUDA_SUCCESS) capture_closed();
     return r;
   }
-  template <class Wait>
-  CUresult join(Wait&& wait) noexcept {
-    if (open_captures() == 0) return wait();
+  template <class Call>
+  CUresult join(Call&& call) noexcept {
+    if (open_captures() == 0) return call();
     enter_begin();
-    const CUresult r = wait();
+    const CUresult r = call();
     leave_begin();
     return r;
   }
-  template <class End>
-  CUresult end(CUstream s, End&& end) noexcept {
+  template <class Call>
+  CUresult end(CUstream s, Call&& call) noexcept {
     const bool was = captures(s);
-    const CUresult r = end();
+    const CUresult r = call();
     if (was && !captures(s)) capture_closed();
     return r;
   }
-  // A capture began (or was found open) / one the gate was told of ended.
-  void capture_opened() noexcept { open_.fetch_add(1, std::memory_order_seq_cst); }
-  void capture_closed() noexcept;
-  // Captures the gate knows to be open.
+  // Captures the gate knows to be open (begun through it, not yet ended).
   std::int64_t open_captures() const noexcept { return open_.load(std::memory_order_seq_cst); }
 
   // tierrt's side: a stream probe, for the life of the object. Waits while a
@@ -91,19 +85,21 @@ class CaptureGate {
     CaptureGate& gate_;
   };
 
-  // Counts for tests: probes that waited for a beginning capture.
-  std::uint64_t probes_held() const noexcept { return held_.load(std::memory_order_relaxed); }
-
  private:
+  // A begin or join is about to go out: waits until no probe is in flight;
+  // until leave_begin() no probe starts.
+  void enter_begin() noexcept;
+  void leave_begin() noexcept;
+  void capture_opened() noexcept { open_.fetch_add(1, std::memory_order_seq_cst); }
+  void capture_closed() noexcept;
   void enter_probe() noexcept;
+  void leave_probe() noexcept { probes_.fetch_sub(1, std::memory_order_seq_cst); }
   // The driver says `s` captures (an invalidated capture too); false when it cannot say.
   static bool captures(CUstream s) noexcept;
-  void leave_probe() noexcept { probes_.fetch_sub(1, std::memory_order_seq_cst); }
 
   std::atomic<std::int64_t> probes_{0};
   std::atomic<std::int64_t> beginning_{0};
   std::atomic<std::int64_t> open_{0};
-  std::atomic<std::uint64_t> held_{0};
 };
 
 }  // namespace tierrt::alloc

@@ -369,17 +369,17 @@ class Engine {
   // The driver's own calls that begin, join or end a capture, made through
   // the process's capture gate (allocator/capture_gate.h) by the capture
   // hooks, innermost, so that no probe of tierrt's straddles them.
-  template <class Begin>
-  static CUresult gated_begin(Begin&& begin) noexcept {
-    return alloc::CaptureGate::process().begin(begin);
+  template <class Call>
+  static CUresult gated_begin(Call&& call) noexcept {
+    return alloc::CaptureGate::process().begin(call);
   }
-  template <class Wait>
-  static CUresult gated_wait(Wait&& wait) noexcept {
-    return alloc::CaptureGate::process().join(wait);
+  template <class Call>
+  static CUresult gated_wait(Call&& call) noexcept {
+    return alloc::CaptureGate::process().join(call);
   }
-  template <class End>
-  static CUresult gated_end(CUstream s, End&& end) noexcept {
-    return alloc::CaptureGate::process().end(s, end);
+  template <class Call>
+  static CUresult gated_end(CUstream s, Call&& call) noexcept {
+    return alloc::CaptureGate::process().end(s, call);
   }
   // cuStreamEndCapture: what the capture named belongs to the graph made.
   template <class Forward>
