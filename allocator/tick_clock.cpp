@@ -38,16 +38,7 @@ void TickClock::calibrate(bool allow_counter, std::uint64_t spin_ns) noexcept {
   ticks_per_ns_ = 1.0;
   double known = 0;
   if (!allow_counter || !fixed_rate_counter(&known)) return;
-  if (known <= 0) {
-    const std::uint64_t t0 = steady_ns(), c0 = read_counter();
-    std::uint64_t t1 = t0, c1 = c0;
-    do {
-      c1 = read_counter();
-      t1 = steady_ns();
-    } while (t1 - t0 < spin_ns);
-    if (c1 <= c0 || t1 <= t0) return;
-    known = static_cast<double>(c1 - c0) / static_cast<double>(t1 - t0);
-  }
+  if (known <= 0) known = measure_counter_rate(steady_ns, read_counter, spin_ns);
   if (!std::isfinite(known) || known <= 0) return;
   ticks_per_ns_ = known;
   counter_ = true;

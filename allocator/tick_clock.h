@@ -55,4 +55,36 @@ class TickClock {
   double ticks_per_ns_ = 1.0;
 };
 
+// The counter's rate (ticks per ns) against the host's clock over at least
+// `spin_ns`, from `steady()` (ns) and `counter()`. Each end of the span is
+// one reading of both clocks: the counter read between two host-clock
+// reads at most kPairedWithinNs apart. A thread preempted between the two
+// clocks' reads would pair one clock's time with the other's much later one
+// and get the rate wrong by the time it lost (in CI, a window meant to be
+// 100 ms came out short enough that a 120 ms sleep passed four of them).
+// 0 where no such reading could be made.
+inline constexpr std::uint64_t kPairedWithinNs = 5'000;
+template <class Steady, class Counter>
+double measure_counter_rate(Steady&& steady, Counter&& counter, std::uint64_t spin_ns) noexcept {
+  auto paired = [&](std::uint64_t* ns, std::uint64_t* ticks) {
+    for (int tries = 0; tries < 1000; ++tries) {
+      const std::uint64_t before = steady();
+      const std::uint64_t c = counter();
+      const std::uint64_t after = steady();
+      if (after >= before && after - before <= kPairedWithinNs) {
+        *ns = before + (after - before) / 2;
+        *ticks = c;
+        return true;
+      }
+    }
+    return false;
+  };
+  std::uint64_t ns0 = 0, c0 = 0, ns1 = 0, c1 = 0;
+  if (!paired(&ns0, &c0)) return 0;
+  while (steady() - ns0 < spin_ns) {
+  }
+  if (!paired(&ns1, &c1) || c1 <= c0 || ns1 <= ns0) return 0;
+  return static_cast<double>(c1 - c0) / static_cast<double>(ns1 - ns0);
+}
+
 }  // namespace tierrt::alloc

@@ -193,6 +193,28 @@ TEST(TickClock, TicksAtTheRateItWasCalibratedTo) {
   EXPECT_EQ(c.ticks_in(0), 0u);
 }
 
+// The rate is measured from readings of both clocks taken together: a
+// thread preempted between its two clocks' reads (here 10 ms lost just
+// before the first counter read, and again before the third, the end's
+// first try) gets a reading that is dropped, not one that pairs a time
+// with a tick count 10 ms later (which made the rate come out near 0).
+TEST(TickClock, ARateMeasuredAcrossAPreemptionIsTheTrueOne) {
+  constexpr double kTicksPerNs = 2.5;
+  std::uint64_t host_ns = 1'000'000'000;  // the fake host clock
+  int counter_reads = 0;
+  auto steady = [&] { return host_ns += 100; };
+  auto counter = [&] {
+    if (++counter_reads == 1 || counter_reads == 3) host_ns += 10'000'000;
+    return static_cast<std::uint64_t>(static_cast<double>(host_ns) * kTicksPerNs);
+  };
+  const double rate = measure_counter_rate(steady, counter, 500'000);
+  EXPECT_NEAR(rate, kTicksPerNs, kTicksPerNs * 0.01);
+  EXPECT_EQ(counter_reads, 4) << "each preempted reading is taken again";
+  // A host clock that never reads twice within kPairedWithinNs: no rate.
+  auto slow_steady = [&] { return host_ns += 2 * kPairedWithinNs; };
+  EXPECT_EQ(measure_counter_rate(slow_steady, counter, 500'000), 0.0);
+}
+
 TEST(TickClock, WithoutTheCounterItIsTheHostsClockInNanoseconds) {
   TickClock c;
   c.calibrate(/*allow_counter=*/false);
