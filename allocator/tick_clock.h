@@ -60,8 +60,9 @@ class TickClock {
 // one reading of both clocks: the counter read between two host-clock
 // reads at most kPairedWithinNs apart. A thread preempted between the two
 // clocks' reads would pair one clock's time with the other's much later one
-// and get the rate wrong by the time it lost (in CI, a window meant to be
-// 100 ms came out short enough that a 120 ms sleep passed four of them).
+// and get the rate too low by the time it lost: the window would be that
+// much shorter in real time (the likeliest reading of a CI run where a
+// 120 ms sleep passed four windows meant to be 100 ms each).
 // 0 where no such reading could be made.
 inline constexpr std::uint64_t kPairedWithinNs = 5'000;
 template <class Steady, class Counter>
