@@ -2,7 +2,9 @@
 // with 8 pointer parameters, each naming a different resident block, at
 // 1e2 .. 1e4 live blocks, through the hook's path against a direct call to
 // the driver. The "added_ns" counter is the median hooked launch less the
-// median direct one, each launch timed by itself, in the same process.
+// median direct one, each launch timed by itself, in the same process;
+// BM_HarnessNull times the direct launch in both halves, so that each run
+// says how far its own harness is from even.
 //
 // Also: allocate + free through tierrt against the driver's own
 // cuMemAlloc / cuMemFree (what a job does without tierrt); and what a demand
