@@ -284,20 +284,31 @@ std::span<const Trigger> PolicyEngine::triggers_ahead(std::uint32_t ahead) const
   std::vector<Trigger>& out = ahead == 0 ? now_ : next_;
   out.clear();
   if (followed_ == kNotFollowing) return {};
-  const Follower& f = followers_[followed_];
   const TriggerTable& table = plans_[followed_].triggers;
   const std::uint32_t at = position() + ahead;
-  const std::uint32_t op = launches_ + ahead;
-  for (const Trigger& t : ahead == 0 ? table.between(handed_, at) : table.at(at)) {
-    // A block from before the step is the same block now: named by its id.
-    const std::uint32_t block = t.block != 0 ? kNoOrdinal : f.aligner.running_ordinal(t.ordinal);
-    if (t.block == 0 && block >= by_ordinal_.size()) continue;  // the block it names has not turned up
-    // A spill's device copy is kept as many launches past this one as the plan said.
-    const std::uint32_t release_after =
-        t.action == Action::Spill ? op + (t.release_after > t.op ? t.release_after - t.op : 0) : t.release_after;
-    out.push_back({op, t.action, block, release_after, t.block});
-  }
+  for (const Trigger& t : ahead == 0 ? table.between(handed_, at) : table.at(at)) add_running(t, launches_ + ahead, out);
   return out;
+}
+
+std::span<const Trigger> PolicyEngine::triggers_ahead(std::uint32_t first, std::uint32_t last) const {
+  assert(first >= 1);
+  next_.clear();
+  if (followed_ == kNotFollowing || last < first) return {};
+  const TriggerTable& table = plans_[followed_].triggers;
+  const std::uint32_t from = position() + first;
+  // The table holds them by learned launch, in order: launch `from` is `first` ahead.
+  for (const Trigger& t : table.between(from, from + (last - first))) add_running(t, launches_ + first + (t.op - from), next_);
+  return next_;
+}
+
+void PolicyEngine::add_running(const Trigger& t, std::uint32_t op, std::vector<Trigger>& out) const {
+  // A block from before the step is the same block now: named by its id.
+  const std::uint32_t block = t.block != 0 ? kNoOrdinal : followers_[followed_].aligner.running_ordinal(t.ordinal);
+  if (t.block == 0 && block >= by_ordinal_.size()) return;  // the block it names has not turned up
+  // A spill's device copy is kept as many launches past this one as the plan said.
+  const std::uint32_t release_after =
+      t.action == Action::Spill ? op + (t.release_after > t.op ? t.release_after - t.op : 0) : t.release_after;
+  out.push_back({op, t.action, block, release_after, t.block});
 }
 
 std::optional<std::uint32_t> PolicyEngine::ordinal_of(BlockId block) const {

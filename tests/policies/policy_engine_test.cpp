@@ -4,6 +4,8 @@
 
 #include <random>
 #include <set>
+#include <utility>
+#include <vector>
 
 #include "policies/eval/trace_steps.hpp"
 #include "policies/eval/transformer_synth.hpp"
@@ -429,6 +431,32 @@ TEST(PolicyEngine, APoolsGranulesAreHandedOutByTheirIds) {
   }
   EXPECT_GE(spilled.size(), kGranules / 2);
   EXPECT_FALSE(fetched.empty());
+}
+
+// The triggers of many launches ahead, asked for together (what the policy
+// thread arms each launch), are exactly those each launch's own question
+// gives, in launch order, and each says by its op how far ahead it is.
+TEST(PolicyEngine, TriggersOfARangeAheadAreEachLaunchsOwn) {
+  const Fixture f = make(false);
+  PolicyEngine engine({f.budget, parse_link("pcie5"), {}});
+  std::size_t compared = 0;
+  for (std::size_t i = 0; i < f.trace.size(); ++i) {
+    const Event& e = f.trace[i];
+    if (e.kind == EventKind::Launch && engine.following_plan())
+      for (const auto& [first, last] : {std::pair{1u, 1u}, std::pair{2u, 48u}, std::pair{3u, 7u}, std::pair{5u, 4u}}) {
+        std::vector<Trigger> one_by_one;
+        for (std::uint32_t ahead = first; ahead <= last; ++ahead)
+          for (const Trigger& t : engine.triggers_ahead(ahead)) {
+            EXPECT_EQ(t.op, engine.launches_in_step() + ahead);
+            one_by_one.push_back(t);
+          }
+        const auto together = engine.triggers_ahead(first, last);
+        ASSERT_EQ(std::vector<Trigger>(together.begin(), together.end()), one_by_one);
+        compared += one_by_one.size();
+      }
+    engine.record(e);
+  }
+  EXPECT_GT(compared, 100u);  // the plan had triggers ahead to compare
 }
 
 }  // namespace

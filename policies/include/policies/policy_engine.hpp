@@ -71,6 +71,14 @@ class PolicyEngine {
   // left out. The span stays valid until the next call with the
   // same `ahead == 0`-ness or the next record().
   std::span<const Trigger> triggers_ahead(std::uint32_t ahead) const;
+  // Those of the launches `first` (at least 1) to `last` ahead together, in
+  // launch order, each as triggers_ahead gives it (its `op`, less
+  // launches_in_step(), says how far ahead): one lookup where a caller
+  // arming many launches ahead would ask for each. Valid as
+  // triggers_ahead(first)'s span.
+  std::span<const Trigger> triggers_ahead(std::uint32_t first, std::uint32_t last) const;
+  // Launches recorded since the step began: the `op` of the next one.
+  std::uint32_t launches_in_step() const { return launches_; }
   // The block a trigger names: the one allocated `ordinal`-th in the current step.
   std::optional<BlockId> block_of(std::uint32_t ordinal) const;
   // The other way round: the latest ordinal `block` had in the current step.
@@ -142,6 +150,9 @@ class PolicyEngine {
   std::uint32_t handed_ = 0;                  // first learned launch of it whose triggers were not handed out
   std::uint32_t launch_tokens_ = 0;           // launches of this step whose tokens are complete
   mutable std::vector<Trigger> now_, next_;   // what triggers_ahead() hands out (0, and further ahead)
+  // `t` as the running launch `op` and the running block name it, into `out`;
+  // nothing when that block has not turned up.
+  void add_running(const Trigger& t, std::uint32_t op, std::vector<Trigger>& out) const;
   std::vector<std::pair<std::uint32_t, double>> late_;
   std::vector<std::uint32_t> demanded_;
   std::size_t steps_completed_ = 0;
