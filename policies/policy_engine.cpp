@@ -286,7 +286,8 @@ std::span<const Trigger> PolicyEngine::triggers_ahead(std::uint32_t ahead) const
   if (followed_ == kNotFollowing) return {};
   const TriggerTable& table = plans_[followed_].triggers;
   const std::uint32_t at = position() + ahead;
-  for (const Trigger& t : ahead == 0 ? table.between(handed_, at) : table.at(at)) add_running(t, launches_ + ahead, out);
+  for (const Trigger& t : ahead == 0 ? table.between(handed_, at) : table.at(at))
+    add_running(t, launches_ + ahead, out);
   return out;
 }
 
@@ -297,7 +298,8 @@ std::span<const Trigger> PolicyEngine::triggers_ahead(std::uint32_t first, std::
   const TriggerTable& table = plans_[followed_].triggers;
   const std::uint32_t from = position() + first;
   // The table holds them by learned launch, in order: launch `from` is `first` ahead.
-  for (const Trigger& t : table.between(from, from + (last - first))) add_running(t, launches_ + first + (t.op - from), next_);
+  for (const Trigger& t : table.between(from, from + (last - first)))
+    add_running(t, launches_ + first + (t.op - from), next_);
   return next_;
 }
 
