@@ -280,6 +280,17 @@ void PolicyEngine::begin_step(bool plan) {
   if (!candidates_.empty()) followed_ = candidates_.front();
 }
 
+bool PolicyEngine::moves_ahead() const {
+  if (followed_ == kNotFollowing) return false;
+  // A table is sorted by op; another candidate's position is not known here,
+  // so any trigger of it counts.
+  for (const std::size_t i : candidates_) {
+    const std::vector<Trigger>& all = plans_[i].triggers.all();
+    if (!all.empty() && all.back().op >= (i == followed_ ? handed_ : 0)) return true;
+  }
+  return false;
+}
+
 std::span<const Trigger> PolicyEngine::triggers_ahead(std::uint32_t ahead) const {
   std::vector<Trigger>& out = ahead == 0 ? now_ : next_;
   out.clear();

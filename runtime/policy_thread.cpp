@@ -92,7 +92,7 @@ void PolicyThread::push(const Item& item, std::uint64_t ns, bool wakes) noexcept
       pos = head_.load(std::memory_order_relaxed);
     }
   }
-  // The thread polls every kPollNs while work comes: waking it per launch
+  // The thread polls (poll_ns) while work comes: waking it per launch
   // would cost the launch a futex call. A step marker (planning starts)
   // wakes it, and so does any post to a napping thread (once per idle spell).
   if (napping_.load(std::memory_order_seq_cst) || (wakes && sleeping_.load(std::memory_order_acquire))) wake();
@@ -180,11 +180,17 @@ void PolicyThread::run() {
       last_taken_ns_ = steady_ns();  // poll again until the post lands
       continue;
     }
+    turns_.fetch_add(1, std::memory_order_relaxed);
     sleeping_.store(true, std::memory_order_release);
-    cv_.wait_for(lock, std::chrono::nanoseconds(kPollNs),
+    cv_.wait_for(lock, std::chrono::nanoseconds(poll_ns()),
                  [&] { return ready() || stopping_.load(std::memory_order_acquire); });
     sleeping_.store(false, std::memory_order_release);
   }
+}
+
+std::uint64_t PolicyThread::poll_ns() const {
+  const bool prompt = acts_ && !failed_ && (policy_->moves_ahead() || !deferred_.empty() || armed_.armed() != 0);
+  return prompt ? kPollNs : kCalmPollNs;
 }
 
 void PolicyThread::handle(const Message& m, std::uint64_t ns) {

@@ -319,7 +319,7 @@ void time_halves(benchmark::State& st, const Setup& s, void** params, bool hook)
       before = after;
     }
     // The policy thread's share: what it spent while these launches went out
-    // (it takes them from its ring every 50 us).
+    // (it takes them from its ring every 50 us or 1 ms: policy_thread.h).
     const std::uint64_t c1 = threads_cpu_ns("tierrt-policy");
     if (through_hook) policy_ns += c1 - c0;
     preempted[through_hook] += preemptions() - p0;

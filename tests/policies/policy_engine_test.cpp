@@ -459,5 +459,31 @@ TEST(PolicyEngine, TriggersOfARangeAheadAreEachLaunchsOwn) {
   EXPECT_GT(compared, 100u);  // the plan had triggers ahead to compare
 }
 
+// The policy thread polls promptly only while moves_ahead(): it must hold
+// whenever a trigger is still to come in the step, and not once the step's
+// last one was handed out (else the thread never polls calmly).
+TEST(PolicyEngine, MovesAheadWhileATriggerIsStillToCome) {
+  const Fixture f = make(false);
+  PolicyEngine engine({f.budget, parse_link("pcie5"), {}});
+  std::size_t ahead = 0, behind = 0, not_following = 0;
+  for (const Event& e : f.trace) {
+    if (e.kind == EventKind::Launch) {
+      if (!engine.following_plan()) {
+        EXPECT_FALSE(engine.moves_ahead());
+        ++not_following;
+      } else if (!engine.triggers_ahead(0).empty() || !engine.triggers_ahead(1, 1u << 20).empty()) {
+        ASSERT_TRUE(engine.moves_ahead()) << "at launch " << engine.launches_in_step() << " of a step";
+        ++ahead;
+      } else if (!engine.moves_ahead()) {
+        ++behind;
+      }
+    }
+    engine.record(e);
+  }
+  EXPECT_GT(ahead, 100u);         // launches with triggers still to come
+  EXPECT_GT(behind, 0u);          // past a step's last trigger
+  EXPECT_GT(not_following, 0u);   // learning, before the first plan
+}
+
 }  // namespace
 }  // namespace tierrt::policy

@@ -39,6 +39,32 @@ TEST(PolicyThreadNap, AnIdleThreadNapsAndAPostWakesIt) {
   EXPECT_TRUE(eventually([&] { return t->napping() && t->naps() > naps; })) << "it did not nap again";
 }
 
+// Launches keep coming but the planner has no plan yet (it learns): the
+// thread takes them every kCalmPollNs, not every kPollNs, since each of its
+// wake-ups costs the launching threads their CPU.
+TEST(PolicyThreadNap, WithNoMoveAheadTheThreadPollsCalmly) {
+  std::unique_ptr<Engine> e = planner_engine();
+  ASSERT_NE(nullptr, e);
+  PolicyThread* t = e->planner_for_tests();
+  ASSERT_NE(nullptr, t);
+  const std::uint64_t taken = t->messages_taken(), turns = t->turns();
+  const auto start = Clock::now();
+  std::uint64_t posted = 0;
+  // Never idle for kNapAfterNs: the thread stays awake and polls.
+  while (Clock::now() - start < std::chrono::milliseconds(60)) {
+    t->post(idle_event());
+    ++posted;
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  const std::uint64_t polled = t->turns() - turns;
+  EXPECT_TRUE(eventually([&] { return t->messages_taken() - taken == posted; }));
+  // At kPollNs it would be ms * 20; a turn ends early only when the ring is
+  // ready as it goes to sleep, and the stop and waking add a few.
+  EXPECT_LE(static_cast<double>(polled), 2 * ms + 10) << polled << " turns in " << ms << " ms";
+  EXPECT_GT(polled, 0u);
+}
+
 TEST(PolicyThreadNap, NoPostIsLostWhileTheThreadGoesToSleep) {
   std::unique_ptr<Engine> e = planner_engine();
   ASSERT_NE(nullptr, e);

@@ -95,6 +95,10 @@ class PolicyEngine {
   std::size_t set_launch_durations(LaunchSeq from, LaunchSeq to, std::uint64_t ns);
 
   bool following_plan() const { return followed_ != kNotFollowing; }
+  // Whether a plan this step follows, or may switch to, still has a trigger
+  // the launches have not been handed (what the policy thread must act on
+  // promptly; with none it can take launches in larger batches). O(plans).
+  bool moves_ahead() const;
   std::size_t steps_completed() const { return steps_completed_; }
   // Whether the application marks its steps (tierrt_mark_step): else they are found.
   bool steps_marked() const { return markers_seen_; }

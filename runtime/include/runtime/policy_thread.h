@@ -6,7 +6,8 @@
 // never waits for this thread, and never takes its lock.
 //
 // The thread learns of a launch after it was issued (it polls the ring every
-// 50 us rather than being woken per launch), so it acts on a launch's
+// 50 us while the plan has a move ahead, every 1 ms while it only learns,
+// rather than being woken per launch), so it acts on a launch's
 // triggers as soon as it takes the launch from the ring (spills of blocks the
 // launch used last, prefetches for it and for the launch after it) and only
 // holds the launch back from the policy until its duration is known. An
@@ -113,6 +114,8 @@ class PolicyThread {
   // it), and how many messages it took: for tests of the wake-up protocol.
   std::uint64_t naps() const noexcept { return naps_.load(std::memory_order_relaxed); }
   std::uint64_t messages_taken() const noexcept { return taken_.load(std::memory_order_relaxed); }
+  // Its turns (a drain of the ring, then a sleep): how often it polled.
+  std::uint64_t turns() const noexcept { return turns_.load(std::memory_order_relaxed); }
   bool napping() const noexcept { return napping_.load(std::memory_order_seq_cst); }
 
   // The thread throws at its next turn, as a failing planner would: how
@@ -155,9 +158,17 @@ class PolicyThread {
   template <class Item>
   void push(const Item& item, std::uint64_t ns, bool wakes) noexcept;
   bool ready() const noexcept;  // the next slot is written
-  // How late the thread may learn of a launch: small against the kernels a
-  // training step is made of, and a few thousand wake-ups a second at most.
+  // How late the thread may learn of a launch while the plan has a move
+  // ahead (PolicyEngine::moves_ahead), a trigger deferred or a prefetch
+  // armed: small against the kernels a training step is made of.
   static constexpr std::uint64_t kPollNs = 50'000;
+  // And while it has nothing to act on (it learns, or the step's moves are
+  // behind it): each wake-up costs the machine's other threads, the
+  // launching ones among them (a futex wait and a timer; on a small virtual
+  // machine 10-20 us of CPU each), and learning needs no promptness. A step
+  // marker still wakes it at once, and the ring holds 32768 launches.
+  static constexpr std::uint64_t kCalmPollNs = 1'000'000;
+  std::uint64_t poll_ns() const;
   // How many launches ahead prefetches are armed for the launching threads,
   // and how many launches an armed one outlives its due launch. Far enough
   // for the first steps of a plan, when this thread, busy planning at the
@@ -218,7 +229,7 @@ class PolicyThread {
   alignas(64) std::uint64_t tail_ = 0;  // next slot to read (this thread only)
   std::uint64_t last_taken_ns_ = 0;     // this thread only
   std::uint64_t clock_read_at_ = 0;     // the launch at which the clock was last read (this thread only)
-  std::atomic<std::uint64_t> naps_{0}, taken_{0};
+  std::atomic<std::uint64_t> naps_{0}, taken_{0}, turns_{0};
   std::atomic<bool> stopping_{false};
   RankedMutex mu_{kRankPolicyWake, "runtime.policy_wake"};
   std::condition_variable_any cv_;
