@@ -167,7 +167,7 @@ std::size_t event_of(const StepDetection& d, std::size_t token, std::size_t trac
   return token < d.tokens.size() ? d.tokens[token].event : trace_size;
 }
 
-void segment_by_markers(const Trace& trace, StepDetection& d) {
+void segment_by_markers(std::span<const Event> trace, StepDetection& d) {
   std::vector<std::size_t> marks;
   for (std::size_t i = 0; i < trace.size(); ++i)
     if (trace[i].kind == EventKind::Step) marks.push_back(i);
@@ -199,7 +199,7 @@ void segment_by_markers(const Trace& trace, StepDetection& d) {
 // to the slack to where the first step began (same token, same live bytes).
 // Every step found is taken for the same step: noise makes each signature
 // differ. False when no period covers most of the stream.
-bool segment_noisy(const Trace& trace, StepDetection& d, const StepDetectorOptions& o) {
+bool segment_noisy(std::span<const Event> trace, StepDetection& d, const StepDetectorOptions& o) {
   const std::size_t n = d.tokens.size();
   std::unordered_map<std::uint64_t, std::uint32_t> seen;
   for (const Token& t : d.tokens) ++seen[t.hash];
@@ -236,7 +236,7 @@ bool segment_noisy(const Trace& trace, StepDetection& d, const StepDetectorOptio
   return true;
 }
 
-void segment_by_period(const Trace& trace, StepDetection& d, const WindowHash& wh,
+void segment_by_period(std::span<const Event> trace, StepDetection& d, const WindowHash& wh,
                        const StepDetectorOptions& o) {
   const std::size_t n = d.tokens.size();
   auto add = [&](std::size_t tb, std::size_t te, bool prologue) {
@@ -306,7 +306,7 @@ StepDetection detect_steps(const Trace& trace, const StepDetectorOptions& option
   return detect_steps(trace, tokenize(trace), options);
 }
 
-StepDetection detect_steps(const Trace& trace, std::vector<Token> tokens, const StepDetectorOptions& options) {
+StepDetection detect_steps(std::span<const Event> trace, std::vector<Token> tokens, const StepDetectorOptions& options) {
   StepDetection d;
   d.tokens = std::move(tokens);
   const WindowHash wh(d.tokens);

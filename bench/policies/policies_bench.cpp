@@ -1,7 +1,8 @@
 // Policy engine benchmarks: planner time per step for the shipped configurations
 // (the acceptance limit is 50 ms for a 405B-scale step with at least 3000
 // activations), trace analysis and replay throughput in events per second, and the
-// planner against the baselines in the step model. Counters named modeled_* are
+// planner against the baselines in the step model, and what recording a
+// first step's events costs the policy thread. Counters named modeled_* are
 // figures of the model, not measurements.
 #include <benchmark/benchmark.h>
 
@@ -13,6 +14,7 @@
 #include "policies/eval/replay.hpp"
 #include "policies/eval/trace_steps.hpp"
 #include "policies/eval/transformer_synth.hpp"
+#include "policies/event_buffer.hpp"
 #include "policies/planner.hpp"
 
 namespace {
@@ -110,6 +112,25 @@ void ReplayPolicy(benchmark::State& state) {
   state.counters["modeled_moved_GiB"] = static_cast<double>(s.bytes_d2h + s.bytes_h2d) / double(1ull << 30);
 }
 BENCHMARK(ReplayPolicy)->DenseRange(0, 7)->Unit(benchmark::kMillisecond);  // every name in policy_names()
+
+// A first step's events into a fresh buffer, up to max_step_events (2^22,
+// 96 MiB): the policy engine's EventBuffer (grows by moving pages, asks for
+// huge pages) against the std::vector<Event> it replaced (copies itself at
+// each doubling into freshly faulted 4 KiB pages). A launch and its 8 uses
+// are 9 events, all on the policy thread, which must keep up with the
+// launches; later steps reuse the memory in both.
+template <class Buffer>
+void FirstStepEvents(benchmark::State& state) {
+  constexpr std::size_t kEvents = std::size_t{1} << 22;
+  for (auto _ : state) {
+    Buffer b;
+    for (std::size_t i = 0; i < kEvents; ++i) b.push_back(Event::use(0x1000 + 64 * (i & 1023), i));
+    benchmark::DoNotOptimize(b.data());
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations() * kEvents));  // events/s
+}
+BENCHMARK(FirstStepEvents<EventBuffer>)->Name("FirstStepEvents/event_buffer")->Unit(benchmark::kMillisecond);
+BENCHMARK(FirstStepEvents<Trace>)->Name("FirstStepEvents/std_vector")->Unit(benchmark::kMillisecond);
 
 }  // namespace
 

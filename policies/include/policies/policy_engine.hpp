@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "policies/event.hpp"
+#include "policies/event_buffer.hpp"
 #include "policies/link_model.hpp"
 #include "policies/planner_policy.hpp"
 #include "policies/step_alignment.hpp"
@@ -135,7 +136,7 @@ class PolicyEngine {
   bool learned_ = false;  // a step shape is known, so boundaries can be found without markers
 
   // The current step.
-  Trace events_;                              // since the step began
+  EventBuffer events_;                        // since the step began
   std::vector<Token> tokens_;                 // its tokens, event indices relative to events_
   std::uint32_t launches_ = 0;
   std::vector<BlockId> by_ordinal_;

@@ -57,7 +57,8 @@ StepDetection detect_steps(const Trace& trace, const StepDetectorOptions& option
 
 // The same on tokens already made (event indices into `trace`), e.g. by an online
 // Tokenizer that knew the sizes of blocks allocated before `trace` begins.
-StepDetection detect_steps(const Trace& trace, std::vector<Token> tokens, const StepDetectorOptions& options = {});
+StepDetection detect_steps(std::span<const Event> trace, std::vector<Token> tokens,
+                           const StepDetectorOptions& options = {});
 
 // The signature of a step from its token hashes (what StepSpan::signature holds).
 std::uint64_t step_signature(std::span<const std::uint64_t> tokens);
