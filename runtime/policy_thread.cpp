@@ -168,14 +168,16 @@ void PolicyThread::run() {
       allocator_.set_background_use_records(false);
       return;
     }
+    // What wake() is for ends either sleep: with a poll of up to 1 ms, the
+    // timed one may not leave a stop of tiering to its timeout.
+    const auto called = [&] {
+      return stopping_.load(std::memory_order_acquire) || inject_exception_.load(std::memory_order_relaxed) ||
+             (!recalled_ && allocator_.tiering_stopped() != nullptr);
+    };
     if (may_nap(steady_ns())) {
       napping_.store(true, std::memory_order_seq_cst);
       naps_.fetch_add(1, std::memory_order_relaxed);
-      cv_.wait(lock, [&] {
-        return claimed() || stopping_.load(std::memory_order_acquire) ||
-               inject_exception_.load(std::memory_order_relaxed) ||
-               (!recalled_ && allocator_.tiering_stopped() != nullptr);
-      });
+      cv_.wait(lock, [&] { return claimed() || called(); });
       napping_.store(false, std::memory_order_relaxed);
       last_taken_ns_ = steady_ns();  // poll again until the post lands
       continue;
@@ -183,7 +185,7 @@ void PolicyThread::run() {
     turns_.fetch_add(1, std::memory_order_relaxed);
     sleeping_.store(true, std::memory_order_release);
     cv_.wait_for(lock, std::chrono::nanoseconds(poll_ns()),
-                 [&] { return ready() || stopping_.load(std::memory_order_acquire); });
+                 [&] { return ready() || called(); });
     sleeping_.store(false, std::memory_order_release);
   }
 }

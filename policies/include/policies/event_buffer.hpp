@@ -3,7 +3,7 @@
 // moving its pages (mremap), never by copying its bytes, and asks for huge
 // pages. A step may run to PolicyEngine::Options::max_step_events (96 MiB),
 // and a std::vector growing towards that copied itself at each doubling
-// into memory faulted in 4 KiB at a time: recording an event took 82-389 ns
+// into memory faulted in 4 KiB at a time: recording an event took 82-542 ns
 // (a launch and 8 uses at a time, up to 4 M events, on a 2-core VM), most
 // of it in page faults and copies, on the thread that must keep up with the
 // launches. clear() keeps the memory: the next step fills pages already in.
