@@ -54,7 +54,8 @@ std::unique_ptr<Allocator> Allocator::create(const Options& opt, CUresult* err) 
   return a;
 }
 
-Allocator::Allocator(std::unique_ptr<Parts> parts) noexcept : p_(std::move(parts)) {}
+Allocator::Allocator(std::unique_ptr<Parts> parts) noexcept
+    : p_(std::move(parts)), spill_asked_(&p_->mover->spill_asked_flag()) {}
 Allocator::~Allocator() = default;
 
 // ---- allocation ----
@@ -286,7 +287,6 @@ CUresult Allocator::prefetch(Block* b, CUstream consumer) noexcept {
 
 void Allocator::stop_tiering(const char* why) noexcept { p_->mover->stop_tiering(why); }
 const char* Allocator::tiering_stopped() const noexcept { return p_->mover->tiering_stopped(); }
-bool Allocator::spill_asked() const noexcept { return p_->mover->spill_asked(); }
 void Allocator::inject_broken_invariant() noexcept { p_->mover->inject_broken_invariant(); }
 
 std::size_t Allocator::recall() noexcept {

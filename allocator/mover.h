@@ -95,6 +95,7 @@ class Mover {
   // Whether a spill of a live, spillable block was ever asked for (whatever
   // came of it): until then no block's use is one a move waits on.
   bool spill_asked() const noexcept { return spill_asked_.load(std::memory_order_relaxed); }
+  const std::atomic<bool>& spill_asked_flag() const noexcept { return spill_asked_; }
   // The next spill the mover thread finalises finds a broken invariant: how
   // tests reach the containment of one (Modes.ContainedBrokenInvariant*).
   void inject_broken_invariant() noexcept { injected_.store(true, std::memory_order_relaxed); }

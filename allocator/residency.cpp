@@ -59,16 +59,20 @@ CUresult Allocator::ensure_resident(std::span<Block* const> blocks, CUstream str
 CUresult Allocator::ensure_resident_briefly(std::span<Block* const> blocks, CUstream stream, bool* announced) noexcept {
   *announced = false;
   if (blocks.empty()) return CUDA_SUCCESS;  // nothing to announce (nor to release)
-  for (Block* b : blocks)
-    if (is_group_record(b)) return ensure_resident(blocks, stream);
   if (!LaunchAnnouncements::begin(blocks)) return ensure_resident(blocks, stream);
   // Announce, then look (pairs with a spill's claim: publish SPILLING, then
   // look at pins and announcements). A slab's use record is pinned all the
-  // same: its slab's release looks at pins only.
+  // same: its slab's release looks at pins only. A granule group's record
+  // takes the pinning path (its members are mapped and fenced there): found
+  // in the same pass, it ends the announcement, which held off spills for
+  // that long only.
   std::size_t i = 0;
   for (; i < blocks.size(); ++i) {
     Block* b = blocks[i];
-    if (b->slab) b->pins.fetch_add(1, std::memory_order_seq_cst);
+    if (b->slab) {
+      if (b->group != nullptr) break;
+      b->pins.fetch_add(1, std::memory_order_seq_cst);
+    }
     if (b->state.load(std::memory_order_seq_cst) != State::Resident ||
         b->ready.load(std::memory_order_acquire) != nullptr) {
       if (b->slab) b->pins.fetch_sub(1, std::memory_order_seq_cst);

@@ -203,13 +203,14 @@ CUresult Engine::before_use(BlockList& blocks, CUstream key, CUresult refusal, b
 }
 
 void Engine::after_use(const BlockList& blocks, CUstream key, bool capturing, bool enqueued) noexcept {
+  const bool several = count() > 1;
   // Another device's legacy or per-thread stream cannot be named from the
   // allocator's threads (there it would be their context's own): the work
   // is waited for here, on the thread whose context it is.
-  if (enqueued && !capturing && count() > 1 && !drv::names_a_stream(key) && !on_engine_context())
+  if (enqueued && !capturing && several && !drv::names_a_stream(key) && !on_engine_context())
     (void)TIERRT_CU(cuStreamSynchronize, key);
   if (enqueued) {
-    const bool lazy = !capturing && may_record_lazily(blocks, key);
+    const bool lazy = !capturing && may_record_lazily(blocks, key, several);
     alloc_->record_use(blocks.span(), key, capturing, lazy);
   }
   alloc_->release(blocks.span(), blocks.announced());
@@ -226,8 +227,9 @@ void Engine::after_use(const BlockList& blocks, CUstream key, bool capturing, bo
 // device pays no event per launch; the first spill's wait may include up to
 // a window of later work). An activation or a block not yet classified,
 // once spills began, and a granule group's member always, records at once.
-bool Engine::may_record_lazily(const BlockList& blocks, CUstream key) const noexcept {
-  if (!drv::names_a_stream(key) && !(key == CU_STREAM_LEGACY && (count() == 1 || on_engine_context()))) return false;
+bool Engine::may_record_lazily(const BlockList& blocks, CUstream key, bool several_engines) const noexcept {
+  if (!drv::names_a_stream(key) && !(key == CU_STREAM_LEGACY && (!several_engines || on_engine_context())))
+    return false;
   constexpr std::uint8_t kPersistent = 1 + static_cast<std::uint8_t>(policy::LifetimeClass::Persistent);
   constexpr std::uint8_t kWorkspace = 1 + static_cast<std::uint8_t>(policy::LifetimeClass::Workspace);
   const bool nothing_moves = !alloc_->spill_asked();

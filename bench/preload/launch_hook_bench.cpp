@@ -89,10 +89,14 @@ long preemptions() {
   return getrusage(RUSAGE_THREAD, &ru) == 0 ? ru.ru_nivcsw : 0;
 }
 
-double median(std::vector<double> v) {
-  std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
-  return v[v.size() / 2];
+// The q-quantile (0..1) of v.
+double quantile(std::vector<double> v, double q) {
+  const auto at = static_cast<std::ptrdiff_t>(q * static_cast<double>(v.size() - 1));
+  std::nth_element(v.begin(), v.begin() + at, v.end());
+  return v[static_cast<std::size_t>(at)];
 }
+
+double median(std::vector<double> v) { return quantile(std::move(v), 0.5); }
 
 // The mean of the middle half (25th to 75th percentile): as blind to the
 // tails as the median, but not held to the clock's steps. Where the host's
@@ -342,6 +346,11 @@ void time_halves(benchmark::State& st, const Setup& s, void** params, bool hook)
   st.counters["hooked_ns"] = hooked_median;
   st.counters["added_ns"] = hooked_median - direct_median;
   st.counters["added_iqm_ns"] = interquartile_mean(each[1]) - interquartile_mean(each[0]);
+  // The tail: what the slower launches add (a use event or the device
+  // clock's record, a wake-up of tierrt's threads, the core lost).
+  st.counters["added_p90_ns"] = quantile(each[1], 0.9) - quantile(each[0], 0.9);
+  st.counters["added_p99_ns"] = quantile(each[1], 0.99) - quantile(each[0], 0.99);
+  st.counters["added_p999_ns"] = quantile(each[1], 0.999) - quantile(each[0], 0.999);
   st.counters["added_mean_ns"] = (sum[1] - sum[0]) / launches;
   st.counters["hooked_over_direct"] = sum[0] > 0 ? sum[1] / sum[0] : 0;
   st.counters["clock_period"] = clock_period(s);

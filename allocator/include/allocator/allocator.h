@@ -9,6 +9,7 @@
 
 #include <cuda.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -250,7 +251,7 @@ class Allocator {
   // Whether any spill was asked for yet: before the first, launches on
   // blocks of every kind may share their stream's use event (the engine's
   // may_record_lazily), as nothing is being moved off the device.
-  bool spill_asked() const noexcept;
+  bool spill_asked() const noexcept { return spill_asked_->load(std::memory_order_relaxed); }
   // Brings spilled blocks back while the budget has room, spilling nothing;
   // returns how many stay spilled (they come back when used). Not from the
   // mover's thread (a fetch of a block still moving waits for it).
@@ -300,6 +301,8 @@ class Allocator {
   struct Parts;  // what it composes (allocator/parts.h)
   explicit Allocator(std::unique_ptr<Parts> parts) noexcept;
   std::unique_ptr<Parts> p_;
+  // The mover's flag, read by every launch (no call, no chain of pointers).
+  const std::atomic<bool>* spill_asked_;
 };
 
 }  // namespace tierrt::alloc

@@ -539,7 +539,8 @@ class Engine {
   // thread (after_use), so the launch may be announced instead of pinned.
   CUresult before_use(BlockList& blocks, CUstream key, CUresult refusal, bool brief = true) noexcept;
   void after_use(const BlockList& blocks, CUstream key, bool capturing, bool enqueued) noexcept;
-  bool may_record_lazily(const BlockList& blocks, CUstream key) const noexcept;
+  // `several_engines`: count() > 1, as the caller read it.
+  bool may_record_lazily(const BlockList& blocks, CUstream key, bool several_engines) const noexcept;
   // A launch went out on the stream `key` naming `blocks`.
   void note_launch(const BlockList& blocks, CUstream key, bool capturing) noexcept;
   // Answered: `data` holds tierrt's answer. Invalid: the driver's error for
