@@ -16,10 +16,12 @@ bool ArmedPrefetches::arm(alloc::Block* b, CUdeviceptr va, std::uint64_t at) noe
   free_slot->at.store(at, std::memory_order_relaxed);
   free_slot->va.store(va, std::memory_order_relaxed);
   free_slot->block.store(b, std::memory_order_release);
+  maybe_armed_ = true;
   return true;
 }
 
 void ArmedPrefetches::disarm_passed(std::uint64_t seq) noexcept {
+  if (!maybe_armed_) return;
   for (Slot& s : slots_) {
     alloc::Block* b = s.block.load(std::memory_order_acquire);
     if (b != nullptr && s.at.load(std::memory_order_relaxed) < seq)
@@ -28,10 +30,12 @@ void ArmedPrefetches::disarm_passed(std::uint64_t seq) noexcept {
 }
 
 void ArmedPrefetches::publish() noexcept {
+  if (!maybe_armed_) return;  // next_due_ says none already
   std::uint64_t due = UINT64_MAX;
   for (const Slot& s : slots_)
     if (s.block.load(std::memory_order_acquire) != nullptr) due = std::min(due, s.at.load(std::memory_order_relaxed));
   if (next_due_.load(std::memory_order_relaxed) != due) next_due_.store(due, std::memory_order_release);
+  maybe_armed_ = due != UINT64_MAX;
 }
 
 std::size_t ArmedPrefetches::armed() const noexcept {

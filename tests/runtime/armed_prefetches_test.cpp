@@ -48,6 +48,32 @@ TEST(ArmedPrefetches, AreDueAfterTheirLaunchAndTakenOnce) {
   EXPECT_FALSE(a.due(100));
 }
 
+// publish and disarm_passed skip the slots once a scan found none armed:
+// what is armed after that is still published and disarmed.
+TEST(ArmedPrefetches, ThoseArmedAfterTheTableEmptiedArePublishedAndDisarmed) {
+  ArmedPrefetches a;
+  alloc::Block b, c;
+  b.va = 0x1000;
+  c.va = 0x2000;
+  a.publish();
+  a.disarm_passed(5);
+  ASSERT_TRUE(a.arm(&b, b.va, 10));
+  a.publish();
+  EXPECT_TRUE(a.due(10));
+  Taken t;
+  a.run_due(10, still_at, t.fn());
+  a.publish();
+  EXPECT_FALSE(a.due(100)) << "the table emptied";
+  ASSERT_TRUE(a.arm(&c, c.va, 20));
+  a.publish();
+  EXPECT_FALSE(a.due(19));
+  EXPECT_TRUE(a.due(20)) << "armed after the table emptied: published";
+  a.disarm_passed(21);
+  EXPECT_EQ(a.armed(), 0u) << "and disarmed once launches passed it";
+  a.publish();
+  EXPECT_FALSE(a.due(100));
+}
+
 TEST(ArmedPrefetches, ABlockArmedTwiceIsArmedOnce) {
   ArmedPrefetches a;
   alloc::Block b;

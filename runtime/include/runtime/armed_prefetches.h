@@ -67,6 +67,11 @@ class ArmedPrefetches {
     std::atomic<alloc::Block*> block{nullptr};
   };
   std::array<Slot, kSlots> slots_;
+  // The producer's own: false only once a scan found no slot armed (only
+  // the producer arms), and next_due_ says so. The policy thread calls
+  // disarm_passed and publish at every launch it hears of; while no
+  // prefetch is armed (a plan with none ahead) they skip the 64 slots.
+  bool maybe_armed_ = false;
   // Read by every launch: on a cache line of its own (the last of the
   // object, which its alignment rounds up), written only when it changes, so
   // that the launching thread's load hits its cache while the plan stands.
