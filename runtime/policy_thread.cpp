@@ -283,6 +283,7 @@ void PolicyThread::release_held_launch(std::uint64_t ns) {
 // back what it and the launch after it need (this thread learns of a launch
 // only once it was issued).
 void PolicyThread::act_on_launch(std::uint64_t seq) {
+  last_launch_ = seq;
   // A reading queries the driver for the oldest sample's event (on simdev,
   // under the lock its stream's worker and the launching threads take to
   // enqueue): once per kEvery launches, as often as samples are taken at
@@ -384,6 +385,7 @@ void PolicyThread::read_clock() {
 void PolicyThread::sample_densely() {
   clock_alarm_ = true;
   clock_shift_.store(0, std::memory_order_relaxed);
+  clock_quiet_since_ = last_launch_;
 }
 
 // At a step's end: a step without a miss, after one the planner learned
@@ -397,6 +399,18 @@ void PolicyThread::adapt_clock(std::uint64_t steps, std::uint64_t mispredictions
   else if (shift < DeviceClock::kMaxShift) clock_shift_.store(shift + 1, std::memory_order_relaxed);
   clock_mispredictions_ = mispredictions;
   clock_alarm_ = false;
+  clock_quiet_since_ = last_launch_;
+}
+
+// No step has ended and nothing missed for kUnlearnedLaunches << shift
+// launches: half as many samples. Not in a recorded run (adapt_clock).
+void PolicyThread::back_off_clock() {
+  const unsigned shift = clock_shift_.load(std::memory_order_relaxed);
+  if (shift >= DeviceClock::kMaxShift || recorder_ != nullptr || last_launch_ < clock_quiet_since_ ||
+      last_launch_ - clock_quiet_since_ < (kUnlearnedLaunches << shift))
+    return;
+  clock_shift_.store(shift + 1, std::memory_order_relaxed);
+  clock_quiet_since_ = last_launch_;
 }
 
 void PolicyThread::publish() {
@@ -404,6 +418,7 @@ void PolicyThread::publish() {
   mispredictions_.store(mispredicted, std::memory_order_relaxed);
   const std::uint64_t steps = policy_->steps_completed();
   if (steps != steps_turned_) adapt_clock(steps, mispredicted);
+  else back_off_clock();
   // A step found without markers ended: the granule groups' boundaries turn
   // with it, as tierrt_mark_step turns them (Engine::note_step).
   if (steps != steps_turned_ && acts_ && !policy_->steps_marked()) allocator_.step_ended();

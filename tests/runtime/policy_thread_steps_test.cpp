@@ -1,7 +1,8 @@
 // Steps the planner finds without markers turn the granule groups' boundary
 // bits, as tierrt_mark_step does (Allocator::step_ended); marked steps are
 // turned by the marker alone, never twice. The device clock's sampling
-// period adapts at each step's end (device_clock.h).
+// period adapts at each step's end, and backs off while none is found
+// (device_clock.h).
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -86,6 +87,45 @@ TEST_F(PolicyThreadSteps, TheDeviceClockSamplesSparselyWhileStepsGoAsPlannedAndD
   post_step(*t, &seq, /*marked=*/true, 12);
   ASSERT_TRUE(eventually([&] { return t->steps_learned() > learned; }));
   EXPECT_EQ(DeviceClock::kEvery, t->clock_period());
+}
+
+// Launches naming the weight and nothing else happening: no marker, and no
+// allocation for step detection to find a period in (what a job running in
+// XLA's preallocated pool shows). Paced so that the ring never fills (a
+// dropped launch would not be counted); true once the thread took them all.
+bool post_unstepped(PolicyThread& t, policy::LaunchSeq* seq, std::uint64_t launches) {
+  const std::uint64_t taken_before = t.messages_taken(), dropped_before = t.dropped();
+  std::uint64_t posted = 0;
+  for (std::uint64_t i = 0; i < launches; ++i) {
+    t.post(policy::Event::launch((*seq)++, 0));
+    t.post(policy::Event::use(0x7000'0000, *seq - 1));
+    posted += 2;
+    while (posted > t.messages_taken() - taken_before + 8192) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+  return eventually([&] { return t.messages_taken() - taken_before >= posted; }) && t.dropped() == dropped_before;
+}
+
+TEST_F(PolicyThreadSteps, TheDeviceClockBacksOffWhileNoStepIsFound) {
+  constexpr std::uint64_t kQuiet = PolicyThread::kUnlearnedLaunches;
+  ASSERT_TRUE(post_unstepped(*t, &seq, kQuiet - 64));
+  EXPECT_EQ(DeviceClock::kEvery, t->clock_period()) << "sparser before kUnlearnedLaunches launches passed";
+  ASSERT_TRUE(post_unstepped(*t, &seq, 128));
+  EXPECT_EQ(DeviceClock::kEvery << 1, t->clock_period())
+      << kQuiet + 64 << " launches without a step, and the clock still samples every " << t->clock_period()
+      << "th launch";
+  // A miss, half the quiet span later: dense again, and the count starts anew from it.
+  ASSERT_TRUE(post_unstepped(*t, &seq, kQuiet / 2));
+  t->post_demand_fetch(0x7000'0000);
+  ASSERT_TRUE(post_unstepped(*t, &seq, kQuiet - 64));
+  EXPECT_EQ(DeviceClock::kEvery, t->clock_period()) << "the back-off did not start again from the miss";
+  ASSERT_TRUE(post_unstepped(*t, &seq, 128));
+  EXPECT_EQ(DeviceClock::kEvery << 1, t->clock_period());
+  // The next halving waits twice as long.
+  ASSERT_TRUE(post_unstepped(*t, &seq, 2 * kQuiet - 256));
+  EXPECT_EQ(DeviceClock::kEvery << 1, t->clock_period()) << "the second halving came before 2 x kUnlearnedLaunches";
+  ASSERT_TRUE(post_unstepped(*t, &seq, 512));
+  EXPECT_EQ(DeviceClock::kEvery << 2, t->clock_period());
+  EXPECT_EQ(0u, t->steps_learned()) << "a step was found where none was posted: this test times nothing";
 }
 
 // A recorded run keeps every 8th launch's device time: tierrt-replay models

@@ -13,6 +13,10 @@
 // plan misses (a demand fetch, a late prefetch, a misprediction), twice as
 // sparse after each step without one, down to every (kEvery << kMaxShift)-th
 // (not in a recorded run: the recording carries each launch's device time).
+// Learning that finds no step backs off too: twice as sparse after each
+// PolicyThread::kUnlearnedLaunches (doubling) launches without a step's end
+// or a miss, so that a job in which no step is ever found does not pay a
+// sample every kEvery-th launch for as long as it runs.
 // Samples stay on multiples of kEvery, so their slots and spans are the same.
 #pragma once
 

@@ -97,6 +97,15 @@ class PolicyThread {
   std::uint64_t clock_period() const noexcept {
     return DeviceClock::kEvery << clock_shift_.load(std::memory_order_relaxed);
   }
+  // Launches after which, with no step's end and no miss among them, the
+  // clock samples half as often (and again after twice as many, and so on,
+  // to its sparsest): a job in which no step is found (no markers, and no
+  // allocations for detection to find a period in, as under XLA's
+  // preallocated pool) would otherwise record a timing event every kEvery-th
+  // launch for as long as it runs, for a plan that never comes. A step
+  // longer than this is sampled more sparsely from here until it ends, and
+  // densely again for the steps after it (adapt_clock).
+  static constexpr std::uint64_t kUnlearnedLaunches = std::uint64_t{1} << 17;
 
   // The shape of the step learned last, as of steps_learned() steps.
   struct LearnedStep {
@@ -197,6 +206,7 @@ class PolicyThread {
   void publish();
   void sample_densely();
   void adapt_clock(std::uint64_t steps, std::uint64_t mispredictions);
+  void back_off_clock();  // no step ended for long (kUnlearnedLaunches)
   void tag(const policy::Event& e);  // what the policy learned, for the allocator's per-class stats
   std::optional<policy::BlockId> id_for(const policy::Trigger& t) const;  // the address its block starts at
   alloc::Block* block_for(const policy::Trigger& t) const;
@@ -253,10 +263,15 @@ class PolicyThread {
   std::uint64_t last_sample_ = UINT64_MAX;
   // The clock's period is kEvery << clock_shift_ (written by this thread,
   // read by every launch); it adapts at each step's end (adapt_clock, when
-  // steps_completed() passes steps_turned_).
+  // steps_completed() passes steps_turned_), and while none ends
+  // (back_off_clock).
   std::atomic<unsigned> clock_shift_{0};
   std::uint64_t clock_mispredictions_ = 0;   // the planner's count at the last step's end
   bool clock_alarm_ = false;                 // a demand fetch or late prefetch since
+  std::uint64_t last_launch_ = 0;            // the newest launch this thread took
+  // The launch since which no step ended, no miss came and the period did
+  // not change: back_off_clock counts from here.
+  std::uint64_t clock_quiet_since_ = 0;
   double device_launch_ns_ = 0;         // running mean of a launch's device time; 0: none yet
   const bool acts_;
   bool failed_ = false;  // the policy threw: events are drained, nothing planned
