@@ -1,5 +1,7 @@
 #include "copy_backing.h"
 
+#include <cassert>
+
 #include "driver/driver.h"
 
 namespace tierrt::alloc {
@@ -19,13 +21,13 @@ CopyBacking::CopyBacking(DeviceArena& arena, std::uint64_t budget, std::uint64_t
   tier_.place_pinned_on(node, can_register != 0);
 }
 
-CUresult CopyBacking::prepare_spill(Block* b, HostCopy* to) noexcept {
-  to->buf = tier_.alloc_pinned(b->size);
+CUresult CopyBacking::prepare_spill(Block*, HostCopy* to) noexcept {
+  to->buf = tier_.alloc_pinned(to->size);
   return to->buf != nullptr ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
 }
 
 CUresult CopyBacking::copy_to_host(const Block& b, const HostCopy& to, CUstream s) noexcept {
-  return TIERRT_CU(cuMemcpyDtoHAsync, to.buf, b.va, b.size, s);
+  return TIERRT_CU(cuMemcpyDtoHAsync, to.buf, b.va, to.size, s);
 }
 
 CUresult CopyBacking::leave_device(Block* b, const HostCopy&) noexcept {
@@ -37,7 +39,8 @@ CUresult CopyBacking::enter_device(Block* b, CUmemGenericAllocationHandle dev) n
 }
 
 CUresult CopyBacking::copy_to_device(const Block& b, CUstream s) noexcept {
-  return TIERRT_CU(cuMemcpyHtoDAsync, b.va, b.host.buf, b.size, s);
+  assert(b.host.size == b.size);  // a spilled block is never revived
+  return TIERRT_CU(cuMemcpyHtoDAsync, b.va, b.host.buf, b.host.size, s);
 }
 
 CUresult CopyBacking::undo_enter_device(Block* b) noexcept { return DeviceArena::unmap(b->va, b->mapped); }

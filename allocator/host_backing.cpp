@@ -21,6 +21,7 @@ std::unique_ptr<HostBacking> HostBacking::create(const Options& opt, DeviceArena
 }
 
 bool HostBacking::reserve(const Block& b, HostCopy* to) noexcept {
+  to->size = b.size;
   to->bytes = host_bytes(b);
   if (budget_.try_reserve(to->bytes)) return true;
   to->bytes = 0;

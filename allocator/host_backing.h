@@ -31,11 +31,14 @@ class HostBacking {
 
   virtual SpillMode mode() const noexcept = 0;
 
-  // Holds what a spill of `b` takes against the host budget (false: full).
+  // Holds what a spill of `b` takes against the host budget (false: full),
+  // and the size the copy will hold (HostCopy::size). Under alloc.blocks.
   bool reserve(const Block& b, HostCopy* to) noexcept;
   // Before a spill's copy: where the bytes go (`to` is reserved). Out of
   // memory: the host tier is full.
   virtual CUresult prepare_spill(Block* b, HostCopy* to) noexcept = 0;
+  // Copies `to.size` bytes: the block's size at the claim, never its size
+  // now (HostCopy::size).
   virtual CUresult copy_to_host(const Block& b, const HostCopy& to, CUstream s) noexcept = 0;
   // Once the spill's copy completed: the VA leaves its device chunk (remap:
   // for the host copy; Block::va_on_host says whether that worked, else

@@ -149,6 +149,7 @@ SpillResult Mover::claim_for_spill(Op* op, UseSlot* uses, int* nuses) noexcept {
     blocks_.note_host_full(l);
     return SpillResult::HostFull;
   }
+  op->bytes = op->host.size;
   // Against ensure_resident's fast path: publish SPILLING, then look at pins
   // and at the launches announced (launch_announcements.h).
   blocks_.set_state(b, State::Spilling, l);

@@ -60,8 +60,8 @@ CUresult RemapBacking::prepare_spill(Block* b, HostCopy* to) noexcept {
   return r;
 }
 
-CUresult RemapBacking::copy_to_host(const Block& b, const HostCopy&, CUstream s) noexcept {
-  return TIERRT_CU(cuMemcpyAsync, b.shadow, b.va, b.size, s);
+CUresult RemapBacking::copy_to_host(const Block& b, const HostCopy& to, CUstream s) noexcept {
+  return TIERRT_CU(cuMemcpyAsync, b.shadow, b.va, to.size, s);
 }
 
 CUresult RemapBacking::leave_device(Block* b, const HostCopy& to) noexcept {

@@ -32,7 +32,13 @@ class FaultSite {
 // Arms "name:nth[,name:nth...]" (names must be functions simdev implements).
 // Returns an empty string, or a one-line error.
 std::string arm_faults_from_spec(const std::string& spec);
-bool arm_fault(const std::string& name, unsigned long long nth, int error);
+// `pause`: the nth call waits (before doing anything) until release_pauses(),
+// instead of failing: a test holds one thread at a chosen driver call.
+bool arm_fault(const std::string& name, unsigned long long nth, int error, bool pause);
+// Whether a call is held by a pause, waiting up to `ms` for one.
+bool wait_paused(unsigned long long ms);
+// Every call held now goes on.
+void release_pauses();
 void clear_faults();
 // How many armed faults have made their call fail since the process began.
 unsigned long long faults_fired();

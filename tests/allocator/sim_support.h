@@ -24,7 +24,7 @@ namespace tierrt::alloc::testing {
     ASSERT_EQ((x), CUDA_SUCCESS) << #x;         \
   } while (0)
 
-inline std::uint64_t mix(std::uint64_t x) {
+constexpr std::uint64_t mix(std::uint64_t x) {
   x ^= x >> 33;
   x *= 0xff51afd7ed558ccdull;
   x ^= x >> 33;

@@ -30,11 +30,77 @@ struct Tracked {
   std::uint64_t seed = 0, previous_seed = 0;  // of the last fill and the one before
 };
 
+// Every fill of the Threads test: seed (t << 40) + n * kSeedStride is thread
+// t's n-th fill, so that any word of any fill, mix(seed + offset), names its
+// fill and offset (unmix): a block never reaches kSeedStride bytes.
+constexpr std::uint64_t kSeedStride = std::uint64_t{1} << 23;
+struct FillRecord {
+  std::atomic<CUdeviceptr> va{0};
+  std::atomic<std::size_t> size{0};
+};
+struct FillLog {
+  static constexpr int kThreads = 8;
+  std::vector<FillRecord> of[kThreads];
+  std::atomic<std::uint64_t> count[kThreads] = {};
+  void resize(std::size_t n) {
+    for (auto& v : of) v = std::vector<FillRecord>(n);
+  }
+  std::uint64_t record(int t, CUdeviceptr va, std::size_t size) {
+    const std::uint64_t n = count[t].load() + 1;
+    if (n < of[t].size()) {
+      of[t][n].va.store(va);
+      of[t][n].size.store(size);
+    }
+    count[t].store(n);
+    return (static_cast<std::uint64_t>(t) << 40) + n * kSeedStride;
+  }
+};
+
+constexpr std::uint64_t inverse_mod_2_64(std::uint64_t c) {
+  std::uint64_t x = c;  // Newton's iteration: each step doubles the good bits
+  for (int i = 0; i < 6; ++i) x *= 2 - c * x;
+  return x;
+}
+
+// The inverse of mix(): which seed + offset a word of a fill is.
+constexpr std::uint64_t unmix(std::uint64_t x) {
+  x ^= x >> 33;
+  x *= inverse_mod_2_64(0xc4ceb9fe1a85ec53ull);
+  x ^= x >> 33;
+  x *= inverse_mod_2_64(0xff51afd7ed558ccdull);
+  x ^= x >> 33;
+  return x;
+}
+static_assert(unmix(mix(12345)) == 12345);
+
+// Whose fill the 8 bytes at got[at + shift] are, for the shift that decodes
+// (a copy from another offset need not keep the 8-byte phase), or "no fill's".
+std::string whose_word(const std::vector<std::uint8_t>& got, std::size_t at, const FillLog& log) {
+  for (std::size_t shift = 0; shift < 8 && at + shift + 8 <= got.size(); ++shift) {
+    std::uint64_t w = 0;
+    std::memcpy(&w, got.data() + at + shift, 8);
+    const std::uint64_t x = unmix(w);
+    const std::uint64_t th = x >> 40, n = (x & ((std::uint64_t{1} << 40) - 1)) / kSeedStride, off = x % kSeedStride;
+    if (th >= FillLog::kThreads || n == 0 || n > log.count[th].load() || off % 8 != 0) continue;
+    std::string where;
+    if (n < log.of[th].size()) {
+      const FillRecord& r = log.of[th][n];
+      char b[96];
+      std::snprintf(b, sizeof b, " (block 0x%llx, %zu bytes)", static_cast<unsigned long long>(r.va.load()),
+                    r.size.load());
+      where = b;
+    }
+    return "byte " + std::to_string(at + shift) + " is fill " + std::to_string(th) + ":" + std::to_string(n) +
+           where + " at offset " + std::to_string(off);
+  }
+  return "byte " + std::to_string(at) + " is no fill's";
+}
+
 // What a block read back holds where it differs from pattern(seed): how many
 // bytes, from where to where, and whether that is the fill before (a write
-// lost to a move) or zeros (memory never written), and which thread's fill
-// the first wrong word came from, if any (at the same offset).
-std::string describe_mismatch(const std::vector<std::uint8_t>& got, const Tracked& t) {
+// lost to a move) or zeros (memory never written), and whose fill the wrong
+// bytes are, where they begin, in the middle and where they end.
+std::string describe_mismatch(const std::vector<std::uint8_t>& got, const Tracked& t, const FillLog& log) {
   const auto want = expected(got.size(), t.seed);
   const auto before = expected(got.size(), t.previous_seed);
   std::size_t bad = 0, first = got.size(), last = 0, stale = 0, zero = 0;
@@ -46,18 +112,16 @@ std::string describe_mismatch(const std::vector<std::uint8_t>& got, const Tracke
     stale += got[i] == before[i];
     zero += got[i] == 0;
   }
-  // Whose fill the first differing word is: the threads' seeds are (t << 40) + n.
-  std::string whose = "no fill's";
-  std::uint64_t w = 0;
-  const std::size_t at = first & ~std::size_t{7};
-  if (at + 8 <= got.size()) std::memcpy(&w, got.data() + at, 8);
-  for (std::uint64_t th = 0; th < 8; ++th)
-    for (std::uint64_t n = 1; n < 20000; ++n)
-      if (mix(((th << 40) + n) + at) == w) whose = "seed " + std::to_string(th) + ":" + std::to_string(n) + "'s";
-  return whose + " data (mine " + std::to_string(t.seed >> 40) + ":" + std::to_string(t.seed & 0xffffffffff) + "); " +
-         std::to_string(bad) + " of " + std::to_string(got.size()) + " bytes differ, in [" + std::to_string(first) +
-         ", " + std::to_string(last + 1) + "); " + std::to_string(stale) + " of them as the fill before, " +
-         std::to_string(zero) + " zero";
+  const std::uint64_t mine = (t.seed & ((std::uint64_t{1} << 40) - 1)) / kSeedStride;
+  char head[160];
+  std::snprintf(head, sizeof head, "block 0x%llx (%zu bytes, state %s), fill %llu:%llu; ",
+                static_cast<unsigned long long>(t.b->va), t.b->size, state_name(t.b->st()),
+                static_cast<unsigned long long>(t.seed >> 40), static_cast<unsigned long long>(mine));
+  const std::size_t mid = ((first + last) / 2) & ~std::size_t{7}, end = last >= 8 ? (last - 7) & ~std::size_t{7} : 0;
+  return head + std::to_string(bad) + " bytes differ, in [" + std::to_string(first) + ", " +
+         std::to_string(last + 1) + "); " + std::to_string(stale) + " of them as the fill before, " +
+         std::to_string(zero) + " zero; " + whose_word(got, first & ~std::size_t{7}, log) + "; " +
+         whose_word(got, mid, log) + "; " + whose_word(got, end, log);
 }
 
 // What any application does before using data on another stream than the
@@ -187,7 +251,10 @@ TEST_P(Threads, ManyThreadsAllocateFreeSpillAndFetch) {
   constexpr int kThreads = 8, kSlots = 12;
   // Fewer under ThreadSanitizer (run-tests sets it), where every copied byte is checked.
   const int iterations = std::getenv("THREADS_ITERATIONS") ? std::atoi(std::getenv("THREADS_ITERATIONS")) : 600;
+  static_assert(kThreads == FillLog::kThreads);
   std::atomic<Block*> shared[kThreads * kSlots] = {};
+  FillLog fills;
+  fills.resize(static_cast<std::size_t>(iterations) + 2);
   std::atomic<long> failures{0}, ops{0};
   std::mutex why_mu;
   std::vector<std::string> why;
@@ -207,7 +274,7 @@ TEST_P(Threads, ManyThreadsAllocateFreeSpillAndFetch) {
         return;
       }
       Tracked mine[kSlots];
-      std::uint64_t seed = static_cast<std::uint64_t>(t) << 40;
+      std::uint64_t seed = 0;
       std::vector<std::uint8_t> buf;
       for (int it = 0; it < iterations; ++it) {
         const int k = static_cast<int>(rng() % kSlots);
@@ -225,7 +292,7 @@ TEST_P(Threads, ManyThreadsAllocateFreeSpillAndFetch) {
             if (a->free(p, s) != CUDA_SUCCESS) failures++;
             continue;
           }
-          ++seed;
+          seed = fills.record(t, m.b->va, m.b->size);
           if (CUresult r = fill(*a, m.b, s, seed); r != CUDA_SUCCESS) fail("fill new", r);
           m.sum = pattern_sum(n, seed);
           m.previous_seed = m.seed = seed;
@@ -233,12 +300,12 @@ TEST_P(Threads, ManyThreadsAllocateFreeSpillAndFetch) {
         } else if (op < 3) {
           if (CUresult r = read(*a, m.b, &buf, s); r != CUDA_SUCCESS) fail("read", r);
           else if (checksum(buf.data(), buf.size()) != m.sum)
-            fail(("checksum: " + describe_mismatch(buf, m)).c_str(), CUDA_SUCCESS);
+            fail(("checksum: " + describe_mismatch(buf, m, fills)).c_str(), CUDA_SUCCESS);
         } else if (op < 4) {
           shared[t * kSlots + k].store(nullptr);
           if (CUresult r = read(*a, m.b, &buf, s); r != CUDA_SUCCESS) fail("read before free", r);
           else if (checksum(buf.data(), buf.size()) != m.sum)
-            fail(("checksum before free: " + describe_mismatch(buf, m)).c_str(), CUDA_SUCCESS);
+            fail(("checksum before free: " + describe_mismatch(buf, m, fills)).c_str(), CUDA_SUCCESS);
           if (CUresult r = a->free(m.b->va, s); r != CUDA_SUCCESS) fail("free", r);
           m.b = nullptr;
         } else if (op < 7) {
@@ -247,7 +314,7 @@ TEST_P(Threads, ManyThreadsAllocateFreeSpillAndFetch) {
         } else if (op < 8) {
           if (Block* v = shared[rng() % (kThreads * kSlots)].load()) (void)a->prefetch(v, s);
         } else {
-          ++seed;
+          seed = fills.record(t, m.b->va, m.b->size);
           if (CUresult r = fill(*a, m.b, s, seed); r != CUDA_SUCCESS) fail("refill", r);
           m.sum = pattern_sum(m.b->size, seed);
           m.previous_seed = m.seed;
@@ -261,7 +328,7 @@ TEST_P(Threads, ManyThreadsAllocateFreeSpillAndFetch) {
         shared[t * kSlots + k].store(nullptr);
         if (CUresult r = read(*a, m.b, &buf, s); r != CUDA_SUCCESS) fail("final read", r);
         else if (checksum(buf.data(), buf.size()) != m.sum)
-          fail(("final checksum: " + describe_mismatch(buf, m)).c_str(), CUDA_SUCCESS);
+          fail(("final checksum: " + describe_mismatch(buf, m, fills)).c_str(), CUDA_SUCCESS);
         if (CUresult r = a->free(m.b->va, s); r != CUDA_SUCCESS) fail("final free", r);
       }
       if (cuStreamSynchronize(s) != CUDA_SUCCESS) failures++;

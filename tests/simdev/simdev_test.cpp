@@ -16,14 +16,18 @@ const SimdevApi* simdev_api() {
     a.inject_fault = reinterpret_cast<int (*)(const char*, unsigned long long, int)>(
         lookup("simdev_inject_fault"));
     a.clear_faults = reinterpret_cast<void (*)()>(lookup("simdev_clear_faults"));
+    a.inject_pause =
+        reinterpret_cast<int (*)(const char*, unsigned long long)>(lookup("simdev_inject_pause"));
+    a.wait_paused = reinterpret_cast<int (*)(unsigned long long)>(lookup("simdev_wait_paused"));
+    a.release_pauses = reinterpret_cast<void (*)()>(lookup("simdev_release_pauses"));
     a.device_bytes_in_use =
         reinterpret_cast<unsigned long long (*)()>(lookup("simdev_device_bytes_in_use"));
     a.host_bytes_in_use =
         reinterpret_cast<unsigned long long (*)()>(lookup("simdev_host_bytes_in_use"));
     return a;
   }();
-  if (!simdev_present() || !api.inject_fault || !api.clear_faults || !api.device_bytes_in_use ||
-      !api.host_bytes_in_use)
+  if (!simdev_present() || !api.inject_fault || !api.clear_faults || !api.inject_pause || !api.wait_paused ||
+      !api.release_pauses || !api.device_bytes_in_use || !api.host_bytes_in_use)
     return nullptr;
   return &api;
 }

@@ -13,6 +13,9 @@
 struct SimdevApi {
   int (*inject_fault)(const char*, unsigned long long, int) = nullptr;
   void (*clear_faults)() = nullptr;
+  int (*inject_pause)(const char*, unsigned long long) = nullptr;
+  int (*wait_paused)(unsigned long long) = nullptr;
+  void (*release_pauses)() = nullptr;
   unsigned long long (*device_bytes_in_use)() = nullptr;
   unsigned long long (*host_bytes_in_use)() = nullptr;
 };

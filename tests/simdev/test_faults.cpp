@@ -1,5 +1,8 @@
 // Fault injection: simdev_inject_fault and SIMDEV_FAIL make the Nth call of a
 // function fail once, with a documented error, and the calls after it succeed.
+#include <atomic>
+#include <chrono>
+#include <thread>
 #include <vector>
 
 #include "simdev_test.h"
@@ -131,6 +134,40 @@ TEST_F(SimdevTest, ClearFaultsDisarms) {
 TEST_F(SimdevTest, UnknownFunctionNameIsRejected) {
   EXPECT_EQ(-1, sim().inject_fault("cuNoSuchFunction", 1, 0));
   EXPECT_EQ(-1, sim().inject_fault("cuMemAlloc_v2", 0, 0));  // calls count from 1
+}
+
+// A pause holds the nth call, before it does anything, until released; the
+// calls before it and after it go through.
+TEST_F(SimdevTest, PausedCallWaitsForTheRelease) {
+  ASSERT_EQ(0, sim().inject_pause("cuMemAlloc_v2", 2));
+  CUdeviceptr a = 0, b = 0;
+  EXPECT_CU(cuMemAlloc(&a, kMiB));  // the first call: not held
+  EXPECT_EQ(0, sim().wait_paused(0));
+  std::atomic<bool> returned{false};
+  CUresult held = CUDA_ERROR_UNKNOWN;
+  std::thread t([&] {
+    cuCtxSetCurrent(context());
+    held = cuMemAlloc(&b, kMiB);
+    returned = true;
+  });
+  ASSERT_EQ(1, sim().wait_paused(10'000));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_FALSE(returned.load()) << "the held call returned before its release";
+  CUdeviceptr c = 0;
+  EXPECT_CU(cuMemAlloc(&c, kMiB));  // other calls go on meanwhile
+  sim().release_pauses();
+  t.join();
+  EXPECT_CU(held);
+  EXPECT_EQ(0, sim().wait_paused(0));
+  for (CUdeviceptr p : {a, b, c}) {
+    if (p) {
+      EXPECT_CU(cuMemFree(p));
+    }
+  }
+}
+
+TEST_F(SimdevTest, PauseOfAnUnknownFunctionIsRejected) {
+  EXPECT_EQ(-1, sim().inject_pause("cuNoSuchFunction", 1));
 }
 
 // Runs only under the meson entry that sets

@@ -83,7 +83,13 @@ inline constexpr std::uint64_t kNeededOnDemand = 1;
 struct HostCopy {
   CUmemGenericAllocationHandle chunk = 0;
   void* buf = nullptr;
-  std::uint64_t bytes = 0;
+  std::uint64_t bytes = 0;  // its share of the host budget
+  // The block's size when its spill was claimed: what the copy holds. Taken
+  // under alloc.blocks, because until the copy is enqueued the application
+  // may free the block (aborting the spill) and the cache hand it out again
+  // with another size; the copy must not follow it past the memory
+  // prepared for this one.
+  std::uint64_t size = 0;
 };
 
 struct Group;

@@ -65,7 +65,20 @@ int simdev_register_kernel(const simdev_kernel_desc* desc);
  * unknown function name. */
 int simdev_inject_fault(const char* name, unsigned long long nth, int error);
 
-/* Clears every armed fault. */
+/* Arms a pause from now on: the nth call (1-based, counted from this call)
+ * of the exported function `name` waits, before doing anything, until
+ * simdev_release_pauses(). A test holds one thread at a chosen driver call
+ * to make an interleaving happen every time. Returns 0, or -1 for an unknown
+ * function name. */
+int simdev_inject_pause(const char* name, unsigned long long nth);
+
+/* 1 once a call is held by a pause (waiting up to `ms` for one), else 0. */
+int simdev_wait_paused(unsigned long long ms);
+
+/* Every call held by a pause goes on. */
+void simdev_release_pauses(void);
+
+/* Clears every armed fault (and pause not yet reached). */
 void simdev_clear_faults(void);
 
 /* How many armed faults have made their call fail since the process began:
