@@ -6,13 +6,22 @@
  */
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jemalloc/jemalloc.h>
 
 #include "jemalloc_shim.h"
 
-static const tierrt_je_ops* g_ops;
+/* One per arena: jemalloc hands each hook the hooks it was created with,
+ * and so each arena reaches its own pool (two allocators in copy mode, as
+ * with two devices, never carve from each other's chunks). */
+typedef struct arena_hooks {
+  extent_hooks_t hooks; /* first: a hook's `h` is the arena_hooks */
+  const tierrt_je_ops* ops;
+} arena_hooks;
+
+static const tierrt_je_ops* ops_of(extent_hooks_t* h) { return ((arena_hooks*)h)->ops; }
 
 /* The only options source jemalloc reads (jemalloc_env.c hides the
  * application's): tierrt allocates from its own arena without a thread
@@ -21,9 +30,10 @@ const char* malloc_conf = "narenas:1,tcache:false,background_thread:false";
 
 static void* hook_alloc(extent_hooks_t* h, void* new_addr, size_t size,
                         size_t alignment, bool* zero, bool* commit, unsigned ind) {
-  (void)h; (void)ind;
+  (void)ind;
   if (new_addr != NULL) return NULL;
-  void* p = g_ops->alloc(g_ops->ctx, size, alignment);
+  const tierrt_je_ops* ops = ops_of(h);
+  void* p = ops->alloc(ops->ctx, size, alignment);
   if (p == NULL) return NULL;
   if (*zero) memset(p, 0, size);
   *commit = true;
@@ -32,15 +42,15 @@ static void* hook_alloc(extent_hooks_t* h, void* new_addr, size_t size,
 
 static bool hook_dalloc(extent_hooks_t* h, void* addr, size_t size, bool committed,
                         unsigned ind) {
-  (void)h; (void)committed; (void)ind;
-  g_ops->dalloc(g_ops->ctx, addr, size);
+  (void)committed; (void)ind;
+  ops_of(h)->dalloc(ops_of(h)->ctx, addr, size);
   return false;
 }
 
 static void hook_destroy(extent_hooks_t* h, void* addr, size_t size, bool committed,
                          unsigned ind) {
-  (void)h; (void)committed; (void)ind;
-  g_ops->dalloc(g_ops->ctx, addr, size);
+  (void)committed; (void)ind;
+  ops_of(h)->dalloc(ops_of(h)->ctx, addr, size);
 }
 
 static bool hook_commit(extent_hooks_t* h, void* addr, size_t size, size_t off,
@@ -63,28 +73,33 @@ static bool hook_split(extent_hooks_t* h, void* addr, size_t size, size_t a,
 
 static bool hook_merge(extent_hooks_t* h, void* a, size_t sa, void* b, size_t sb,
                        bool committed, unsigned ind) {
-  (void)h; (void)sa; (void)sb; (void)committed; (void)ind;
+  (void)sa; (void)sb; (void)committed; (void)ind;
   /* Never merge across two pinned chunks: one copy must stay in one chunk. */
-  return g_ops->same_chunk(g_ops->ctx, a, b) ? false : true;
+  return ops_of(h)->same_chunk(ops_of(h)->ctx, a, b) ? false : true;
 }
 
-static extent_hooks_t g_hooks = {
+static const extent_hooks_t k_hooks = {
     hook_alloc, hook_dalloc, hook_destroy, hook_commit, hook_decommit,
     NULL, NULL, hook_split, hook_merge,
 };
 
 int tierrt_je_arena_create(const tierrt_je_ops* ops, unsigned* arena) {
-  g_ops = ops;
-  extent_hooks_t* hooks = &g_hooks;
+  /* jemalloc keeps the pointer for the arena's life (tierrt_je_arena_destroy
+   * frees it); this malloc is the private jemalloc's own arena 0. */
+  arena_hooks* a = malloc(sizeof(*a));
+  if (a == NULL) return -1;
+  a->hooks = k_hooks;
+  a->ops = ops;
+  extent_hooks_t* hooks = &a->hooks;
   size_t sz = sizeof(*arena);
-  return mallctl("arenas.create", arena, &sz, &hooks, sizeof(hooks));
+  const int r = mallctl("arenas.create", arena, &sz, &hooks, sizeof(hooks));
+  if (r != 0) free(a);
+  return r;
 }
 
-int tierrt_je_arena_destroy(unsigned arena) {
-  char name[64];
+static void arena_ctl_name(char* name, unsigned arena, const char* post) {
   int n = 0;
   const char* pre = "arena.";
-  const char* post = ".destroy";
   char digits[16];
   int d = 0;
   unsigned v = arena;
@@ -93,7 +108,19 @@ int tierrt_je_arena_destroy(unsigned arena) {
   while (d > 0) name[n++] = digits[--d];
   for (const char* p = post; *p; ++p) name[n++] = *p;
   name[n] = '\0';
-  return mallctl(name, NULL, NULL, NULL, 0);
+}
+
+int tierrt_je_arena_destroy(unsigned arena) {
+  char name[64];
+  arena_ctl_name(name, arena, ".extent_hooks");
+  extent_hooks_t* hooks = NULL;
+  size_t sz = sizeof(hooks);
+  if (mallctl(name, &hooks, &sz, NULL, 0) != 0) hooks = NULL;
+  arena_ctl_name(name, arena, ".destroy");
+  const int r = mallctl(name, NULL, NULL, NULL, 0);
+  /* Destroyed, the arena calls its hooks no more. */
+  if (r == 0 && hooks != NULL) free((arena_hooks*)hooks);
+  return r;
 }
 
 void* tierrt_je_alloc(unsigned arena, size_t size) {

@@ -17,7 +17,8 @@ typedef struct tierrt_je_ops {
   bool (*same_chunk)(void* ctx, void* a, void* b);
 } tierrt_je_ops;
 
-/* One arena per process (ops stays referenced). Returns 0 on success. */
+/* An arena whose extents come from `ops` (which stays referenced until the
+ * arena is destroyed); one per pool. Returns 0 on success. */
 int tierrt_je_arena_create(const tierrt_je_ops* ops, unsigned* arena);
 int tierrt_je_arena_destroy(unsigned arena);
 void* tierrt_je_alloc(unsigned arena, size_t size);
