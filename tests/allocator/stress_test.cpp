@@ -340,6 +340,10 @@ TEST_P(Threads, ManyThreadsAllocateFreeSpillAndFetch) {
   a->drain();
   const Stats st = a->stats();
   EXPECT_GT(st.spills, 0u);
+  // A broken invariant the mover contains stops tiering (every spill then
+  // refused, every rescue gives up): the run would go on, past the budget.
+  const char* stopped = a->tiering_stopped();
+  EXPECT_EQ(stopped, nullptr) << "tiering stopped: " << stopped;
   EXPECT_LE(st.device_peak, 192 * MiB) << "over_budget " << st.over_budget << ", rescues " << st.rescues
                                         << ", spills " << st.spills << ", demand fetches " << st.demand_fetches
                                         << ", refused host full " << st.spills_refused_host_full;
