@@ -55,7 +55,7 @@ std::unique_ptr<Allocator> Allocator::create(const Options& opt, CUresult* err) 
 }
 
 Allocator::Allocator(std::unique_ptr<Parts> parts) noexcept
-    : p_(std::move(parts)), spill_asked_(&p_->mover->spill_asked_flag()) {}
+    : p_(std::move(parts)), spill_asked_(&p_->mover->spill_asked_flag()), granules_(p_->arena.table().view()) {}
 Allocator::~Allocator() = default;
 
 // ---- allocation ----
@@ -256,10 +256,6 @@ void Allocator::Parts::destroy_block(Block* b) noexcept {
 
 // ---- the rest of the face ----
 
-Block* Allocator::lookup(CUdeviceptr ptr) const noexcept {
-  const std::uintptr_t e = p_->arena.table().find(ptr);
-  return SlabPools::is_slab(e) ? nullptr : reinterpret_cast<Block*>(e);
-}
 
 Block* Allocator::block_starting_at(CUdeviceptr va) const noexcept {
   Block* b = lookup(va);
@@ -268,12 +264,7 @@ Block* Allocator::block_starting_at(CUdeviceptr va) const noexcept {
   return b->va == va ? b : nullptr;
 }
 
-bool Allocator::owns(CUdeviceptr ptr) const noexcept { return p_->arena.table().find(ptr) != 0; }
-
-Block* Allocator::use_target(CUdeviceptr ptr) const noexcept {
-  const std::uintptr_t e = p_->arena.table().find(ptr);
-  return SlabPools::is_slab(e) ? &SlabPools::slab_of(e)->uses : reinterpret_cast<Block*>(e);
-}
+Block* Allocator::slab_uses(std::uintptr_t slab_entry) noexcept { return &SlabPools::slab_of(slab_entry)->uses; }
 
 std::uint64_t Allocator::release_empty_slabs() noexcept { return p_->slabs.release_empty(/*wait=*/false); }
 

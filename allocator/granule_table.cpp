@@ -4,39 +4,36 @@
 
 namespace tierrt::alloc {
 
-namespace {
-constexpr std::size_t kLeafHeader = 64;  // the Leaf, then its entries on their own cache line
-}  // namespace
-
 GranuleTable::GranuleTable(unsigned granule_shift) noexcept
     : shift_(granule_shift > kLeafShift ? kLeafShift : granule_shift),
       leaf_entries_(std::size_t{1} << (kLeafShift - shift_)),
       leaf_mask_(leaf_entries_ - 1) {
   // 2 MiB of zero pages that the kernel backs only where touched.
-  void* p = mmap(nullptr, kTopEntries * sizeof(std::atomic<Leaf*>),
+  void* p = mmap(nullptr, kTopEntries * sizeof(std::atomic<Entry*>),
                  PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return;  // valid() is false: every insert fails, every find misses
-  top_ = static_cast<std::atomic<Leaf*>*>(p);
+  top_ = static_cast<std::atomic<Entry*>*>(p);
   top_entries_ = kTopEntries;
+  view_ = GranuleView{top_, top_entries_, shift_, leaf_mask_};
 }
 
 std::size_t GranuleTable::leaf_bytes() const noexcept {
-  return kLeafHeader + leaf_entries_ * sizeof(std::atomic<std::uintptr_t>);
+  return leaf_entries_ * sizeof(Entry);
 }
 
 GranuleTable::~GranuleTable() {
   if (top_ == nullptr) return;
   for (std::size_t i = 0; i < kTopEntries; ++i) {
-    Leaf* l = top_[i].load(std::memory_order_relaxed);
+    Entry* l = top_[i].load(std::memory_order_relaxed);
     if (l != nullptr) munmap(l, leaf_bytes());
   }
-  munmap(top_, kTopEntries * sizeof(std::atomic<Leaf*>));
+  munmap(top_, kTopEntries * sizeof(std::atomic<Entry*>));
 }
 
-GranuleTable::Leaf* GranuleTable::leaf_for(std::uintptr_t addr) {
+GranuleTable::Entry* GranuleTable::leaf_for(std::uintptr_t addr) {
   const std::uintptr_t top = addr >> kLeafShift;
   if (top >= top_entries_) return nullptr;
-  Leaf* l = top_[top].load(std::memory_order_acquire);
+  Entry* l = top_[top].load(std::memory_order_acquire);
   if (l != nullptr) return l;
   std::lock_guard<RankedMutex> g(grow_mu_);
   l = top_[top].load(std::memory_order_acquire);
@@ -46,9 +43,7 @@ GranuleTable::Leaf* GranuleTable::leaf_for(std::uintptr_t addr) {
     // are the empty entries.
     void* p = mmap(nullptr, leaf_bytes(), PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return nullptr;
-    l = static_cast<Leaf*>(p);
-    static_assert(sizeof(Leaf) <= kLeafHeader);
-    l->e = reinterpret_cast<std::atomic<std::uintptr_t>*>(static_cast<char*>(p) + kLeafHeader);
+    l = static_cast<Entry*>(p);
     top_[top].store(l, std::memory_order_release);
   }
   return l;
@@ -61,8 +56,8 @@ bool GranuleTable::insert(std::uintptr_t base, std::size_t len, std::uintptr_t v
   for (std::uintptr_t a = base; a < base + len; a += g)
     if (leaf_for(a) == nullptr) return false;
   for (std::uintptr_t a = base; a < base + len; a += g)
-    top_[a >> kLeafShift].load(std::memory_order_relaxed)
-        ->e[(a >> shift_) & leaf_mask_].store(value, std::memory_order_release);
+    top_[a >> kLeafShift].load(std::memory_order_relaxed)[(a >> shift_) & leaf_mask_].store(
+        value, std::memory_order_release);
   return true;
 }
 
@@ -70,8 +65,8 @@ void GranuleTable::erase(std::uintptr_t base, std::size_t len) noexcept {
   const std::uintptr_t g = std::uintptr_t{1} << shift_;
   for (std::uintptr_t a = base; a < base + len; a += g) {
     if ((a >> kLeafShift) >= top_entries_) return;
-    Leaf* l = top_[a >> kLeafShift].load(std::memory_order_acquire);
-    if (l != nullptr) l->e[(a >> shift_) & leaf_mask_].store(0, std::memory_order_release);
+    Entry* l = top_[a >> kLeafShift].load(std::memory_order_acquire);
+    if (l != nullptr) l[(a >> shift_) & leaf_mask_].store(0, std::memory_order_release);
   }
 }
 

@@ -1,7 +1,7 @@
 // Pointer -> owner in O(1): a two-level radix table over the VA space, one
-// entry per allocation granule. Lookups are lock-free (two acquire loads);
-// inserts take a mutex only to add a leaf. Leaves live until destruction, so
-// a racing lookup never touches freed memory.
+// entry per allocation granule. Lookups are lock-free (two acquire loads,
+// allocator/granule_view.h); inserts take a mutex only to add a leaf. Leaves
+// live until destruction, so a racing lookup never touches freed memory.
 #pragma once
 
 #include <atomic>
@@ -9,22 +9,25 @@
 #include <cstdint>
 #include <mutex>
 
-#include "lock_rank.h"
+#include "allocator/granule_view.h"
 #include "allocator/ranked_mutex.h"
+#include "lock_rank.h"
 
 namespace tierrt::alloc {
 
 class GranuleTable {
  public:
-  static constexpr unsigned kVaBits = 48;
-  static constexpr unsigned kLeafShift = 30;  // one leaf covers 1 GiB
+  static constexpr unsigned kVaBits = GranuleView::kVaBits;
+  static constexpr unsigned kLeafShift = GranuleView::kLeafShift;
 
   // granule_shift: log2 of the allocation granularity (at most kLeafShift).
   explicit GranuleTable(unsigned granule_shift) noexcept;
   // False when the top level could not be mapped.
   bool valid() const noexcept { return top_ != nullptr; }
   ~GranuleTable();
-  std::size_t leaf_bytes() const noexcept;  // one leaf: header, then its entries
+  std::size_t leaf_bytes() const noexcept;  // one leaf: its entries
+  // What a lookup needs, to copy (valid while the table lives).
+  const GranuleView& view() const noexcept { return view_; }
   GranuleTable(const GranuleTable&) = delete;
   GranuleTable& operator=(const GranuleTable&) = delete;
 
@@ -39,11 +42,11 @@ class GranuleTable {
   void for_each_run(Fn&& fn) const noexcept {
     std::uintptr_t run_base = 0, run_value = 0, next = 0;
     for (std::size_t top = 0; top < top_entries_; ++top) {
-      const Leaf* leaf = top_[top].load(std::memory_order_acquire);
+      const Entry* leaf = top_[top].load(std::memory_order_acquire);
       if (leaf == nullptr) continue;
       for (std::size_t i = 0; i < leaf_entries_; ++i) {
         const std::uintptr_t at = (std::uintptr_t{top} << kLeafShift) | (std::uintptr_t{i} << shift_);
-        const std::uintptr_t v = leaf->e[i].load(std::memory_order_acquire);
+        const std::uintptr_t v = leaf[i].load(std::memory_order_acquire);
         if (run_value != 0 && (v != run_value || at != next)) {
           fn(run_base, static_cast<std::size_t>(next - run_base), run_value);
           run_value = 0;
@@ -55,26 +58,19 @@ class GranuleTable {
     if (run_value != 0) fn(run_base, static_cast<std::size_t>(next - run_base), run_value);
   }
 
-  std::uintptr_t find(std::uintptr_t addr) const noexcept {
-    const std::uintptr_t top = addr >> kLeafShift;
-    if (top >= top_entries_) [[unlikely]] return 0;
-    const Leaf* leaf = top_[top].load(std::memory_order_acquire);
-    if (leaf == nullptr) return 0;
-    return leaf->e[(addr >> shift_) & leaf_mask_].load(std::memory_order_acquire);
-  }
+  std::uintptr_t find(std::uintptr_t addr) const noexcept { return view_.find(addr); }
 
  private:
   static constexpr std::size_t kTopEntries = std::size_t{1} << (kVaBits - kLeafShift);
-  struct Leaf {
-    std::atomic<std::uintptr_t>* e;
-  };
-  Leaf* leaf_for(std::uintptr_t addr);
+  using Entry = GranuleView::Entry;
+  Entry* leaf_for(std::uintptr_t addr);
 
   unsigned shift_;
   std::size_t leaf_entries_;
   std::uintptr_t leaf_mask_;
-  std::atomic<Leaf*>* top_ = nullptr;
+  std::atomic<Entry*>* top_ = nullptr;
   std::size_t top_entries_ = 0;  // kTopEntries once top_ is mapped
+  GranuleView view_;             // of the above
   // Rank 90 (lock_rank.h), the last: nothing is taken inside it.
   RankedMutex grow_mu_{kRankGranules, "alloc.granules"};
 };

@@ -74,7 +74,7 @@ class SlabPools {
   std::uint64_t slabs_made() const noexcept { return made_.load(std::memory_order_relaxed); }
 
  private:
-  static constexpr std::uintptr_t kTag = 1;
+  static constexpr std::uintptr_t kTag = kSlabEntryTag;
   static constexpr std::size_t kPollBatch = 32;  // freed slots queried per allocation
   using SlabList = bi::list<Slab, bi::member_hook<Slab, bi::list_member_hook<>, &Slab::hook>>;
   using PartialList = bi::list<Slab, bi::member_hook<Slab, bi::list_member_hook<>, &Slab::partial_hook>>;

@@ -246,16 +246,9 @@ void Engine::note_launch(const BlockList& blocks, CUstream key, bool capturing) 
   const std::uint64_t seq = launches_.fetch_add(1, std::memory_order_relaxed);
   if (!recorder_ && !policy_) return;
   const policy::StreamId sid = streams_.id(key);
-  // The planner and the recording know blocks only, not slabs' use records.
-  std::span<alloc::Block* const> named = blocks.span();
-  BlockList without_slabs;
-  if (std::any_of(named.begin(), named.end(), [](const alloc::Block* b) { return b->slab; })) {
-    for (alloc::Block* b : named)
-      if (!b->slab) without_slabs.add(b);
-    named = without_slabs.span();
-  }
-  if (recorder_ && recorder_->events_on()) recorder_->launch(seq, sid, named);
-  if (policy_) {
+  auto tell = [&](std::span<alloc::Block* const> named) {
+    if (recorder_ && recorder_->events_on()) recorder_->launch(seq, sid, named);
+    if (!policy_) return;
     // Under capture, timing the launch would put the clock's event into the graph.
     policy_->post_launch(seq, sid, key, !capturing, named);
     // Prefetches armed for this launch go out from this thread, where the
@@ -265,6 +258,17 @@ void Engine::note_launch(const BlockList& blocks, CUstream key, bool capturing) 
     // invalidate it (the policy thread tries them instead).
     if (policy_->prefetch_due(seq) && !captures_.any_active() && (count() == 1 || on_engine_context()))
       policy_->run_due(seq);
+  };
+  // The planner and the recording know blocks only, not slabs' use records
+  // (the list without them is made only where there are some).
+  const std::span<alloc::Block* const> named = blocks.span();
+  if (std::none_of(named.begin(), named.end(), [](const alloc::Block* b) { return b->slab; })) {
+    tell(named);
+  } else {
+    BlockList without_slabs;
+    for (alloc::Block* b : named)
+      if (!b->slab) without_slabs.add(b);
+    tell(without_slabs.span());
   }
   // Residency over time, every 256 launches: enough to draw, cheap to keep.
   if ((seq & 255) == 0) sample(SampleKind::Launches, sid, 0);

@@ -47,14 +47,20 @@ void PolicyThread::post(const policy::Event& e) noexcept {
 
 void PolicyThread::post_launch(policy::LaunchSeq seq, policy::StreamId sid, CUstream stream, bool may_time,
                                std::span<alloc::Block* const> named) noexcept {
-  LaunchUses l;
-  l.launch = policy::Event::launch(seq, 0, sid);
-  l.timed = may_time && DeviceClock::due(seq, clock_shift_.load(std::memory_order_relaxed)) &&
-            clock_.record(seq, stream);
+  const bool timed = may_time && DeviceClock::due(seq, clock_shift_.load(std::memory_order_relaxed)) &&
+                     clock_.record(seq, stream);
   const std::size_t inline_uses = std::min(named.size(), kUsesPerSlot);
-  for (std::size_t i = 0; i < inline_uses; ++i) l.blocks[i] = named[i]->va;
-  l.count = static_cast<std::uint8_t>(inline_uses);
-  push(l, clock_.ok() ? 0 : steady_ns(), false);
+  // Written in the slot itself: no launch record built on the stack and copied.
+  push_with(
+      [&](Message& m) {
+        auto* l = std::get_if<LaunchUses>(&m);
+        if (l == nullptr) l = &m.emplace<LaunchUses>();
+        l->launch = policy::Event::launch(seq, 0, sid);
+        l->timed = timed;
+        l->count = static_cast<std::uint8_t>(inline_uses);
+        for (std::size_t i = 0; i < inline_uses; ++i) l->blocks[i] = named[i]->va;
+      },
+      clock_.ok() ? 0 : steady_ns(), false);
   for (alloc::Block* b : named.subspan(inline_uses)) push(policy::Event::use(b->va, seq, sid), 0, false);
 }
 
@@ -64,9 +70,14 @@ void PolicyThread::post_late_fetch(policy::BlockId block, std::uint64_t late_ns)
   push(LateFetch{block, late_ns}, 0, false);
 }
 
-// Multi-producer ring: each slot's turn says whose write or read is next.
 template <class Item>
 void PolicyThread::push(const Item& item, std::uint64_t ns, bool wakes) noexcept {
+  push_with([&](Message& m) { m = item; }, ns, wakes);
+}
+
+// Multi-producer ring: each slot's turn says whose write or read is next.
+template <class Write>
+void PolicyThread::push_with(Write&& write, std::uint64_t ns, bool wakes) noexcept {
   std::uint64_t pos = head_.load(std::memory_order_relaxed);
   for (;;) {
     Slot& s = ring_[pos & (kSlots - 1)];
@@ -74,7 +85,7 @@ void PolicyThread::push(const Item& item, std::uint64_t ns, bool wakes) noexcept
     if (turn == pos) {
       // Sequentially consistent: the napping protocol's store (header).
       if (head_.compare_exchange_weak(pos, pos + 1, std::memory_order_seq_cst, std::memory_order_relaxed)) {
-        s.message = item;
+        write(s.message);
         s.ns = ns;
         s.turn.store(pos + 1, std::memory_order_release);
         // The next post's slot was last touched a whole ring ago (4 MiB),

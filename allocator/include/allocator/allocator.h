@@ -15,6 +15,7 @@
 #include <span>
 
 #include "allocator/block.h"
+#include "allocator/granule_view.h"
 #include "allocator/host_placement.h"
 #include "allocator/host_share.h"
 #include "allocator/spill_mode.h"
@@ -171,18 +172,24 @@ class Allocator {
 
   // The block containing ptr (interior pointers too), or null: not ours, a
   // small-object slab, or freed (check state()). O(1), lock-free.
-  Block* lookup(CUdeviceptr ptr) const noexcept;
+  Block* lookup(CUdeviceptr ptr) const noexcept {
+    const std::uintptr_t e = granules_.find(ptr);
+    return (e & kSlabEntryTag) != 0 ? nullptr : reinterpret_cast<Block*>(e);
+  }
   // The block whose allocation starts at `va`, or null. Its start is read
   // under the block lock: another thread (the planner's) may ask while the
   // block is destroyed and recycled for another allocation.
   Block* block_starting_at(CUdeviceptr va) const noexcept;
-  bool owns(CUdeviceptr ptr) const noexcept;
+  bool owns(CUdeviceptr ptr) const noexcept { return granules_.find(ptr) != 0; }
   // What a use of ptr is recorded on: its block, or for a small allocation
   // its slab's use record (Block::slab: no allocation, no VA of its own,
   // never spilled); null when not ours. ensure_resident, record_use and
   // release take both, so that a freed slot waits for the work that named
   // it; the planner knows only blocks (skip Block::slab).
-  Block* use_target(CUdeviceptr ptr) const noexcept;
+  Block* use_target(CUdeviceptr ptr) const noexcept {
+    const std::uintptr_t e = granules_.find(ptr);
+    return (e & kSlabEntryTag) != 0 ? slab_uses(e) : reinterpret_cast<Block*>(e);
+  }
   // A pass-through allocation (AllocFlags::pass_through) that the caller is
   // freeing through the driver itself: forgotten here, so that nothing frees
   // it twice. False when ptr is not one.
@@ -301,8 +308,12 @@ class Allocator {
   struct Parts;  // what it composes (allocator/parts.h)
   explicit Allocator(std::unique_ptr<Parts> parts) noexcept;
   std::unique_ptr<Parts> p_;
+  static Block* slab_uses(std::uintptr_t slab_entry) noexcept;  // a slab's use record
   // The mover's flag, read by every launch (no call, no chain of pointers).
   const std::atomic<bool>* spill_asked_;
+  // The granule table's read side, for the launch path's lookups (inline,
+  // from here rather than through the arena's table).
+  GranuleView granules_;
 };
 
 }  // namespace tierrt::alloc

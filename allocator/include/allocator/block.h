@@ -94,25 +94,47 @@ struct HostCopy {
 
 struct Group;
 
-struct Block {
-  // Identity (fixed while the block is live).
-  CUdeviceptr va = 0;
-  std::size_t size = 0;    // bytes the application asked for
-  std::size_t mapped = 0;  // size rounded to the granularity
-  bool spillable = true;   // false below TIERRT_MIN_BYTES
+struct alignas(64) Block {
+  // The launch path's line: every field a launch reads or writes of each
+  // block it names (lookup, residency, use recording), on one cache line
+  // (static_assert below): spread over five, an 8-block launch touched up
+  // to forty lines.
+  CUdeviceptr va = 0;                     // identity (fixed while the block is live)
+  std::atomic<UseEvent*> ready{nullptr};  // fetch event consumers must wait on
+  // The stream's open use event the block's slot for that stream holds, as
+  // the last lazy store left it; null after any other change of its slots
+  // (written under alloc.uses, read by launches: UseTracker::record_lazily's
+  // lock-free path, which stores nothing when it is the stream's open event).
+  std::atomic<UseEvent*> lazy_open{nullptr};
+  // Last recorded use, allocation or fetch (the use tracker's clock): the
+  // rescue spills the coldest first.
+  std::atomic<std::uint64_t> last_use{0};
+  // A member of a granule group (null: a block of its own), its index, and
+  // whether it was never used: FREED with its VA reserved and nothing
+  // mapped there until its first use maps a chunk (Allocator::ensure_resident).
+  Group* group = nullptr;
+  std::uint32_t member = 0;
+  std::atomic<std::uint32_t> pins{0};  // launches being enqueued right now
+  // State (state and pins are read lock-free on the launch path).
+  std::atomic<State> state{State::Freed};
+  // Lifetime class set by the runtime (0: unknown): written under alloc.blocks,
+  // read by launches (Engine::may_record_lazily).
+  std::atomic<std::uint8_t> lifetime{0};
+  std::atomic<bool> untouched{false};  // written under alloc.blocks, read by launches
+  bool spillable = true;               // false below TIERRT_MIN_BYTES
   // A slab's use record (Allocator::use_target): the uses of its small
   // allocations, never an allocation itself, never spilled.
   bool slab = false;
+
+  // Identity (fixed while the block is live).
+  std::size_t size = 0;    // bytes the application asked for
+  std::size_t mapped = 0;  // size rounded to the granularity
 
   // Backing (guarded by alloc.blocks; a move in flight owns it meanwhile).
   CUmemGenericAllocationHandle dev = 0;  // device chunk while resident
   HostCopy host;                         // while spilled
   CUdeviceptr shadow = 0;                // remap: second VA for the host chunk
 
-  // State (state and pins are read lock-free on the launch path).
-  std::atomic<State> state{State::Freed};
-  std::atomic<std::uint32_t> pins{0};     // launches being enqueued right now
-  std::atomic<UseEvent*> ready{nullptr};  // fetch event consumers must wait on
   // When a launch first waited on the fetch under way (steady-clock ns; 0:
   // none; kNeededOnDemand: the fetch was started for a launch, never late).
   std::atomic<std::uint64_t> needed_since{0};
@@ -121,35 +143,18 @@ struct Block {
   // before the copy ended, on the device's clock, is what makes the fetch
   // late. Null when none could be recorded (then the host's clock says).
   std::atomic<CUevent> late_marker{nullptr};
-  // Last recorded use, allocation or fetch (the use tracker's clock): the
-  // rescue spills the coldest first.
-  std::atomic<std::uint64_t> last_use{0};
   std::uint32_t user_pins = 0;  // tierrt_advise(PIN) not yet unpinned
   bool remapping = false;   // the VA's mapping is being changed: wait
   bool va_on_host = false;  // remap: the VA is mapped onto the host copy (a spilled block reads over the link)
   bool captured = false;    // named by a captured graph: stays resident
   std::uint32_t gen = 0;    // bumped when a spill starts or is aborted
   std::uint32_t ops_pending = 0;  // mover operations not yet finalised
-  // Lifetime class set by the runtime (0: unknown): written under alloc.blocks,
-  // read by launches (Engine::may_record_lazily).
-  std::atomic<std::uint8_t> lifetime{0};
-  // A member of a granule group (null: a block of its own), its index, and
-  // whether it was never used: FREED with its VA reserved and nothing
-  // mapped there until its first use maps a chunk (Allocator::ensure_resident).
-  Group* group = nullptr;
-  std::uint32_t member = 0;
-  std::atomic<bool> untouched{false};  // written under alloc.blocks, read by launches
   bool fences = false;            // a member's spill holds its group's fence (alloc.blocks)
   bool counted_freed = false;     // counted in the FREED statistics (cached)
 
   // Uses not yet known complete, one slot per stream (guarded by alloc.uses).
   UseSlot uses[kMaxUseSlots];
   int nuses = 0;
-  // The stream's open use event the block's slot for that stream holds, as
-  // the last lazy store left it; null after any other change of its slots
-  // (written under alloc.uses, read by launches: UseTracker::record_lazily's
-  // lock-free path, which stores nothing when it is the stream's open event).
-  std::atomic<UseEvent*> lazy_open{nullptr};
   CUstream free_stream = nullptr;  // stream of the free, while cached
 
   // Containers.
@@ -159,6 +164,7 @@ struct Block {
 
   State st() const noexcept { return state.load(std::memory_order_acquire); }
 };
+static_assert(offsetof(Block, slab) < 64, "the launch path's fields of a Block share its first cache line");
 
 // A large allocation tiered per granule group (Options::group_bytes, remap
 // mode): one VA range holding `count` member blocks of `unit` bytes each

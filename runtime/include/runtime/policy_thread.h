@@ -152,11 +152,15 @@ class PolicyThread {
     std::uint64_t late_ns;
   };
   using Message = std::variant<policy::Event, LaunchUses, DemandFetch, LateFetch>;
-  struct Slot {
+  // Two whole cache lines (a launch's record is 104 bytes): unaligned, a
+  // slot spanned three, and the post's prefetch of the next one missed the
+  // middle line.
+  struct alignas(64) Slot {
     std::atomic<std::uint64_t> turn{0};
     Message message;
     std::uint64_t ns = 0;
   };
+  static_assert(sizeof(Slot) == 128);
   // A launch takes one slot (with up to kUsesPerSlot blocks): room for
   // tens of thousands of launches between two turns of the thread.
   static constexpr std::uint64_t kSlots = 1u << 15;
@@ -166,6 +170,9 @@ class PolicyThread {
   // next poll.
   template <class Item>
   void push(const Item& item, std::uint64_t ns, bool wakes) noexcept;
+  // The same, the slot's message written by write(Message&) in place.
+  template <class Write>
+  void push_with(Write&& write, std::uint64_t ns, bool wakes) noexcept;
   bool ready() const noexcept;  // the next slot is written
   // How late the thread may learn of a launch while the plan has a move
   // ahead (PolicyEngine::moves_ahead), a trigger deferred or a prefetch
