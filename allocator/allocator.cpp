@@ -256,7 +256,6 @@ void Allocator::Parts::destroy_block(Block* b) noexcept {
 
 // ---- the rest of the face ----
 
-
 Block* Allocator::block_starting_at(CUdeviceptr va) const noexcept {
   Block* b = lookup(va);
   if (b == nullptr) return nullptr;

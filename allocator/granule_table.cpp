@@ -4,17 +4,17 @@
 
 namespace tierrt::alloc {
 
-GranuleTable::GranuleTable(unsigned granule_shift) noexcept
-    : shift_(granule_shift > kLeafShift ? kLeafShift : granule_shift),
-      leaf_entries_(std::size_t{1} << (kLeafShift - shift_)),
-      leaf_mask_(leaf_entries_ - 1) {
+GranuleTable::GranuleTable(unsigned granule_shift) noexcept {
+  view_.shift = granule_shift > kLeafShift ? kLeafShift : granule_shift;
+  leaf_entries_ = std::size_t{1} << (kLeafShift - view_.shift);
+  view_.leaf_mask = leaf_entries_ - 1;
   // 2 MiB of zero pages that the kernel backs only where touched.
   void* p = mmap(nullptr, kTopEntries * sizeof(std::atomic<Entry*>),
                  PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (p == MAP_FAILED) return;  // valid() is false: every insert fails, every find misses
   top_ = static_cast<std::atomic<Entry*>*>(p);
-  top_entries_ = kTopEntries;
-  view_ = GranuleView{top_, top_entries_, shift_, leaf_mask_};
+  view_.top = top_;
+  view_.top_entries = kTopEntries;
 }
 
 std::size_t GranuleTable::leaf_bytes() const noexcept {
@@ -32,7 +32,7 @@ GranuleTable::~GranuleTable() {
 
 GranuleTable::Entry* GranuleTable::leaf_for(std::uintptr_t addr) {
   const std::uintptr_t top = addr >> kLeafShift;
-  if (top >= top_entries_) return nullptr;
+  if (top >= view_.top_entries) return nullptr;
   Entry* l = top_[top].load(std::memory_order_acquire);
   if (l != nullptr) return l;
   std::lock_guard<RankedMutex> g(grow_mu_);
@@ -50,23 +50,23 @@ GranuleTable::Entry* GranuleTable::leaf_for(std::uintptr_t addr) {
 }
 
 bool GranuleTable::insert(std::uintptr_t base, std::size_t len, std::uintptr_t value) {
-  const std::uintptr_t g = std::uintptr_t{1} << shift_;
+  const std::uintptr_t g = std::uintptr_t{1} << view_.shift;
   if (len == 0 || (base & (g - 1)) != 0 || (len & (g - 1)) != 0) return false;
-  if (((base + len - 1) >> kLeafShift) >= top_entries_) return false;
+  if (((base + len - 1) >> kLeafShift) >= view_.top_entries) return false;
   for (std::uintptr_t a = base; a < base + len; a += g)
     if (leaf_for(a) == nullptr) return false;
   for (std::uintptr_t a = base; a < base + len; a += g)
-    top_[a >> kLeafShift].load(std::memory_order_relaxed)[(a >> shift_) & leaf_mask_].store(
+    top_[a >> kLeafShift].load(std::memory_order_relaxed)[(a >> view_.shift) & view_.leaf_mask].store(
         value, std::memory_order_release);
   return true;
 }
 
 void GranuleTable::erase(std::uintptr_t base, std::size_t len) noexcept {
-  const std::uintptr_t g = std::uintptr_t{1} << shift_;
+  const std::uintptr_t g = std::uintptr_t{1} << view_.shift;
   for (std::uintptr_t a = base; a < base + len; a += g) {
-    if ((a >> kLeafShift) >= top_entries_) return;
+    if ((a >> kLeafShift) >= view_.top_entries) return;
     Entry* l = top_[a >> kLeafShift].load(std::memory_order_acquire);
-    if (l != nullptr) l[(a >> shift_) & leaf_mask_].store(0, std::memory_order_release);
+    if (l != nullptr) l[(a >> view_.shift) & view_.leaf_mask].store(0, std::memory_order_release);
   }
 }
 

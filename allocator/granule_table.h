@@ -41,18 +41,18 @@ class GranuleTable {
   template <class Fn>
   void for_each_run(Fn&& fn) const noexcept {
     std::uintptr_t run_base = 0, run_value = 0, next = 0;
-    for (std::size_t top = 0; top < top_entries_; ++top) {
+    for (std::size_t top = 0; top < view_.top_entries; ++top) {
       const Entry* leaf = top_[top].load(std::memory_order_acquire);
       if (leaf == nullptr) continue;
       for (std::size_t i = 0; i < leaf_entries_; ++i) {
-        const std::uintptr_t at = (std::uintptr_t{top} << kLeafShift) | (std::uintptr_t{i} << shift_);
+        const std::uintptr_t at = (std::uintptr_t{top} << kLeafShift) | (std::uintptr_t{i} << view_.shift);
         const std::uintptr_t v = leaf[i].load(std::memory_order_acquire);
         if (run_value != 0 && (v != run_value || at != next)) {
           fn(run_base, static_cast<std::size_t>(next - run_base), run_value);
           run_value = 0;
         }
         if (v != 0 && run_value == 0) run_base = at, run_value = v;
-        next = at + (std::uintptr_t{1} << shift_);
+        next = at + (std::uintptr_t{1} << view_.shift);
       }
     }
     if (run_value != 0) fn(run_base, static_cast<std::size_t>(next - run_base), run_value);
@@ -65,12 +65,11 @@ class GranuleTable {
   using Entry = GranuleView::Entry;
   Entry* leaf_for(std::uintptr_t addr);
 
-  unsigned shift_;
+  // The shift, the leaf mask and the top level's size (kTopEntries once it
+  // is mapped, else 0) are the read side's; top_ is its top level, writable.
+  GranuleView view_;
   std::size_t leaf_entries_;
-  std::uintptr_t leaf_mask_;
   std::atomic<Entry*>* top_ = nullptr;
-  std::size_t top_entries_ = 0;  // kTopEntries once top_ is mapped
-  GranuleView view_;             // of the above
   // Rank 90 (lock_rank.h), the last: nothing is taken inside it.
   RankedMutex grow_mu_{kRankGranules, "alloc.granules"};
 };

@@ -200,8 +200,9 @@ bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream
   for (const Block* b : blocks)
     if (b->lazy_open.load(std::memory_order_acquire) != e) return false;
   // The rescue's coldest-first order: as recent as the last recorded use.
-  // Stored only where it moved (no eager record since: it has not), so that
-  // launches on other threads naming the same weights do not bounce their lines.
+  // Stored only where it differs (the clock moves only at eager records), so
+  // that launches on other threads naming the same weights do not bounce
+  // their lines.
   const std::uint64_t last = clock_.load(std::memory_order_relaxed);
   for (Block* b : blocks)
     if (b->last_use.load(std::memory_order_relaxed) != last) b->last_use.store(last, std::memory_order_relaxed);
