@@ -1,6 +1,6 @@
 // What tierrt's launch hook adds to a kernel launch, on simdev: a launch
 // with 8 pointer parameters, each naming a different resident block, at
-// 1e2 .. 1e4 live blocks, through the hook's path against a direct call to
+// 1e2 .. 1e5 live blocks, through the hook's path against a direct call to
 // the driver. The "added_ns" counter is the median hooked launch less the
 // median direct one, each launch timed by itself, in the same process;
 // BM_HarnessNull times the direct launch in both halves, so that each run
@@ -121,7 +121,7 @@ bool fits(benchmark::State& st, size_t n) {
   setup();
   size_t free_bytes = 0, total = 0;
   if (cuMemGetInfo(&free_bytes, &total) != CUDA_SUCCESS || n * kBlockBytes <= total * 7 / 8) return true;
-  st.SkipWithError("the live blocks do not fit on this device (on simdev: SIMDEV_MEM=32GiB)");
+  st.SkipWithError("the live blocks do not fit on this device (on simdev: SIMDEV_MEM=32GiB for 1e4, 256GiB for 1e5)");
   return false;
 }
 
@@ -169,6 +169,7 @@ void BM_LaunchThroughHook(benchmark::State& st) { run_launches(st, true, true); 
 void BM_HookWorkOnly(benchmark::State& st) { run_launches(st, true, false); }
 bool as_weights(const struct Setup& s, void** params);
 double clock_period(const struct Setup& s);
+std::uint64_t policy_turns(const struct Setup& s);
 // The hook's own work on blocks the policy found persistent (lazy use
 // events): what the launch path costs a training job's weights.
 void BM_HookWorkOnlyOnWeights(benchmark::State& st) {
@@ -188,6 +189,13 @@ void BM_HookWorkOnlyOnWeights(benchmark::State& st) {
       static_cast<double>(std::max<benchmark::IterationCount>(st.iterations(), 1));
 }
 
+
+// The policy thread's turns so far (a drain of its ring, then a sleep); 0
+// without a planner.
+std::uint64_t policy_turns(const Setup& s) {
+  const tierrt::PolicyThread* p = s.engine->planner_for_tests();
+  return p != nullptr ? p->turns() : 0;
+}
 
 // The device clock's sampling period (launches per timing event): it grows
 // with each step the planner's plan did not miss (device_clock.h); 0
@@ -308,13 +316,13 @@ void time_halves(benchmark::State& st, const Setup& s, void** params, bool hook)
     st.ResumeTiming();
   };
   long preempted[2] = {};
-  std::uint64_t policy_ns = 0, rounds = 0;
+  std::uint64_t policy_ns = 0, policy_turns_hooked = 0, rounds = 0;
   auto round = [&](bool through_hook) {
     busy();
     const long p0 = preemptions();
     // Read around both halves, not the hooked one only: reading /proc costs
     // the launches that follow (29 ns each here when only one half did).
-    const std::uint64_t c0 = threads_cpu_ns("tierrt-policy");
+    const std::uint64_t c0 = threads_cpu_ns("tierrt-policy"), t0 = policy_turns(s);
     auto before = Clock::now();
     for (int i = 0; i < kRound; ++i) {
       if (through_hook && hook ? s.engine->launch(s.f, nullptr, params, nullptr, call) : call()) std::abort();
@@ -325,7 +333,7 @@ void time_halves(benchmark::State& st, const Setup& s, void** params, bool hook)
     // The policy thread's share: what it spent while these launches went out
     // (it takes them from its ring every 50 us or 1 ms: policy_thread.h).
     const std::uint64_t c1 = threads_cpu_ns("tierrt-policy");
-    if (through_hook) policy_ns += c1 - c0;
+    if (through_hook) policy_ns += c1 - c0, policy_turns_hooked += policy_turns(s) - t0;
     preempted[through_hook] += preemptions() - p0;
   };
   for (auto _ : st) {
@@ -355,6 +363,7 @@ void time_halves(benchmark::State& st, const Setup& s, void** params, bool hook)
   st.counters["hooked_over_direct"] = sum[0] > 0 ? sum[1] / sum[0] : 0;
   st.counters["clock_period"] = clock_period(s);
   st.counters["policy_cpu_ns"] = static_cast<double>(policy_ns) / launches;
+  st.counters["policy_turns"] = static_cast<double>(policy_turns_hooked) / static_cast<double>(rounds);
   st.counters["preempted_direct"] = static_cast<double>(preempted[0]) / static_cast<double>(rounds);
   st.counters["preempted_hooked"] = static_cast<double>(preempted[1]) / static_cast<double>(rounds);
   st.counters["events_per_launch"] = static_cast<double>(events) / launches;
@@ -451,11 +460,14 @@ BENCHMARK(BM_HookWorkOnly)->Arg(100)->Arg(1000)->Arg(10000);
 BENCHMARK(BM_HarnessNull)->ArgName("live")->Arg(1000)->Iterations(200);
 // Not classified first: once found persistent, a block stays so.
 BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights", "moving"})
-    ->Args({100, 0, 0})->Args({1000, 0, 0})->Args({10000, 0, 0})->Iterations(200);
+    ->Args({100, 0, 0})->Args({1000, 0, 0})->Args({10000, 0, 0})
+    ->Args({100000, 0, 0})->Iterations(200);
 BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights", "moving"})
-    ->Args({100, 1, 0})->Args({1000, 1, 0})->Args({10000, 1, 0})->Iterations(200);
+    ->Args({100, 1, 0})->Args({1000, 1, 0})->Args({10000, 1, 0})
+    ->Args({100000, 1, 0})->Iterations(200);
 BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights", "moving"})
-    ->Args({100, 0, 1})->Args({1000, 0, 1})->Args({10000, 0, 1})->Iterations(200);
+    ->Args({100, 0, 1})->Args({1000, 0, 1})->Args({10000, 0, 1})
+    ->Args({100000, 0, 1})->Iterations(200);
 // After the blocks were found persistent (the benchmarks share them).
 BENCHMARK(BM_HookWorkOnlyOnWeights)->Arg(100)->Arg(1000)->Arg(10000);
 BENCHMARK(BM_DemandFetchLaunch)->Arg(4 << 20)->Arg(64 << 20)->Iterations(20);

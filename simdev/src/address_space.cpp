@@ -44,14 +44,10 @@ bool overlaps(uint64_t a0, uint64_t a1, uint64_t b0, uint64_t b1) { return a0 < 
 }  // namespace
 
 PhysAlloc::~PhysAlloc() {
-  // Nothing maps it any more: every mapping holds its PhysAlloc. Memory
-  // another process may still map is closed, never handed out again.
-  if (fd >= 0 && shared) {
-    close(fd);
-    phys_pool().give_fd(-1, size, resident);
-  } else if (fd >= 0) {
-    phys_pool().give_fd(fd, size, resident);
-  }
+  // Nothing maps it any more: every mapping holds its PhysAlloc. A memfd of
+  // its own (exported or imported) is closed, never handed out again:
+  // another process may still map it.
+  if (fd >= 0) phys_pool().give_memory(PhysMemory{fd, fd_offset, carved, resident}, size);
   if (counter) counter->fetch_sub(size);
 }
 
@@ -219,7 +215,15 @@ std::shared_ptr<PhysAlloc> AddressSpace::new_phys(uint64_t size, const CUmemAllo
   phys->on_host = on_host;
   phys->counter = &counter;
   if (!anonymous) {
-    phys->fd = phys_pool().take_fd(size, &phys->resident);
+    // Carved, exportable or not: one that is exported moves to a memfd of
+    // its own then (move_to_own_memfd_locked).
+    PhysMemory m;
+    if (phys_pool().take_memory(size, &m)) {
+      phys->fd = m.fd;
+      phys->fd_offset = m.offset;
+      phys->carved = m.carved;
+      phys->resident = m.resident;
+    }
     if (phys->fd < 0) {
       *err = CUDA_ERROR_OUT_OF_MEMORY;
       return nullptr;  // the destructor returns the bytes
@@ -328,7 +332,7 @@ CUresult AddressSpace::map(uint64_t va, uint64_t size, uint64_t offset, CUmemGen
   } else {
     drop_ghosts(va, va + size);
     void* p = mmap(reinterpret_cast<void*>(va), size, PROT_NONE, MAP_SHARED | MAP_FIXED, phys->fd,
-                   static_cast<off_t>(offset));
+                   static_cast<off_t>(phys->fd_offset + offset));
     if (p == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
     ask_for_huge_pages(p, size);
   }
@@ -365,7 +369,7 @@ bool AddressSpace::take_ghost_back(Mapping& m) {
   m.filled.v.store(false);
   m.applied_prot = PROT_NONE;
   void* p = mmap(reinterpret_cast<void*>(m.va), m.size, PROT_NONE, MAP_SHARED | MAP_FIXED, m.phys->fd,
-                 static_cast<off_t>(m.offset));
+                 static_cast<off_t>(m.phys->fd_offset + m.offset));
   if (p == MAP_FAILED) return false;
   ask_for_huge_pages(p, m.size);
   return true;

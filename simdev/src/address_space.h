@@ -4,12 +4,13 @@
 // recognisably "device, not backed" and work touching it fails with
 // CUDA_ERROR_ILLEGAL_ADDRESS instead of reading whatever is there.
 //
-// Physical allocations are memfds (DEVICE ones count against SIMDEV_MEM,
-// HOST/HOST_NUMA ones against host memory); cuMemMap maps the memfd at the VA
+// Physical allocations are ranges of one shared memfd, or memfds of their
+// own where they may be exported (DEVICE ones count against SIMDEV_MEM,
+// HOST/HOST_NUMA ones against host memory); cuMemMap maps the memory at the VA
 // with no access, cuMemSetAccess opens it, cuMemUnmap returns the range to
 // PROT_NONE (resident memory stays mapped there with no access: a ghost, see
 // ghosts_). Pinned host memory (cuMemHostAlloc/Register) is tracked by range.
-// The memfds and cuMemHostAlloc's pages come from the resident pool
+// That memory and cuMemHostAlloc's pages come from the resident pool
 // (phys_pool.h).
 #pragma once
 
@@ -29,14 +30,13 @@ namespace simdev {
 
 struct PhysAlloc {
   int fd = -1;  // -1: anonymous shared memory (cuMemAlloc)
-  bool resident = false;  // the fd's pages are allocated (phys_pool.h): recycled when released
+  uint64_t fd_offset = 0;  // where its bytes start in fd
+  bool carved = false;  // fd is the shared memfd (carved_memory.h), never closed here
+  bool resident = false;  // its pages are allocated (phys_pool.h): recycled when released
   uint64_t size = 0;
   CUmemAllocationProp prop{};
   bool on_host = false;  // HOST / HOST_NUMA location
   std::atomic<uint64_t>* counter = nullptr;  // capacity it is charged to
-  // Exported or imported: another process may map the same memfd, so it is
-  // closed when released, never recycled for another allocation.
-  bool shared = false;
   ~PhysAlloc();
 };
 
@@ -223,6 +223,9 @@ class AddressSpace {
   // are unmapped for good; those of released memory too.
   void drop_ghosts(uint64_t begin, uint64_t end);
   void drop_dead_ghosts();
+  // A carved handle's bytes move to a memfd of its own, at every address
+  // that maps it, once work using them finished (address_space_ipc.cpp).
+  CUresult move_to_own_memfd_locked(const std::shared_ptr<PhysAlloc>& phys);
 
   uint64_t arena_base_ = 0, arena_size_ = 0, bump_ = 0;
   std::map<uint64_t, uint64_t> free_va_;  // base -> size, below bump_

@@ -1,8 +1,11 @@
 // Physical memory shared between processes: POSIX file descriptors of VMM
 // handles (cuMemExportToShareableHandle, cuMemImportFromShareableHandle)
 // and legacy IPC of cuMemAlloc memory (cuIpcGetMemHandle and friends).
-// Every physical allocation is a memfd already, or becomes one when it is
-// first shared, so another process maps the very same pages.
+// A handle's memory moves into a memfd of its own at its first export (a
+// range of the shared one would give the other process every other
+// allocation's bytes too), and cuMemAlloc memory moves into one when it is
+// first shared, so another process maps the very same pages. Such a memfd
+// is closed when released, never recycled: another process may still map it.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -13,6 +16,8 @@
 
 #include "address_space.h"
 #include "huge_pages.h"
+#include "phys_pool.h"
+#include "unmap_reaper.h"
 
 namespace simdev {
 
@@ -49,10 +54,80 @@ CUresult AddressSpace::export_fd(CUmemGenericAllocationHandle h, int* fd) {
   // is UNCONFIRMED).
   if ((phys.prop.requestedHandleTypes & CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR) == 0 || phys.fd < 0)
     return CUDA_ERROR_INVALID_VALUE;
+  if (phys.carved)
+    if (CUresult e = move_to_own_memfd_locked(it->second.phys)) return e;
   const int out = fcntl(phys.fd, F_DUPFD_CLOEXEC, 0);
   if (out < 0) return CUDA_ERROR_OUT_OF_MEMORY;
-  phys.shared = true;
   *fd = out;
+  return CUDA_SUCCESS;
+}
+
+// The driver makes a handle's fd only when it is exported, and a tiering
+// allocator makes every chunk exportable in case the application shares it:
+// a memfd per such handle from the start would cap the live handles at the
+// process's fd limit. So exportable handles are carved like the rest and
+// move here, at their first export: work using them finishes first
+// (nothing starts meanwhile, mu_ is held), so no write is lost.
+CUresult AddressSpace::move_to_own_memfd_locked(const std::shared_ptr<PhysAlloc>& phys) {
+  PhysAlloc& p = *phys;
+  std::vector<Mapping*> maps;
+  for (auto& [base, r] : reservations_)
+    for (auto& [va, m] : r.maps)
+      if (m.phys == phys) maps.push_back(&m);
+  for (Mapping* m : maps) wait_until_unused(m->va, m->va + m->size, false);
+  const int mfd = memfd_create(kMemfdName, MFD_CLOEXEC);
+  if (mfd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
+  void* from = MAP_FAILED;
+  void* to = MAP_FAILED;
+  if (ftruncate(mfd, static_cast<off_t>(p.size)) == 0) {
+    from = map_shared_huge(p.fd, p.size, p.fd_offset);
+    to = map_shared_huge(mfd, p.size);
+  }
+  if (from == MAP_FAILED || to == MAP_FAILED) {
+    if (from != MAP_FAILED) munmap(from, p.size);
+    if (to != MAP_FAILED) munmap(to, p.size);
+    close(mfd);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
+  std::memcpy(to, from, p.size);
+  munmap(from, p.size);
+  munmap(to, p.size);
+  for (Mapping* m : maps) {
+    // Moved off its VA (mapped again, no access given yet): the VA stays
+    // without access, now on the new memory.
+    if (m->ghost_at != 0) {
+      unmap_later(m->ghost_area, m->ghost_area_size);
+      m->ghost_at = m->ghost_area = m->ghost_area_size = 0;
+      m->ghost_prot = 0;
+      m->applied_prot = PROT_NONE;
+    }
+    void* at = mmap(reinterpret_cast<void*>(m->va), m->size, m->applied_prot, MAP_SHARED | MAP_FIXED, mfd,
+                    static_cast<off_t>(m->offset));
+    if (at == MAP_FAILED) {
+      // The VA maps nothing usable now: its work faults, never reaching
+      // bytes that are no longer the handle's.
+      (void)mmap(reinterpret_cast<void*>(m->va), m->size, PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
+      m->applied_prot = PROT_NONE;
+    } else {
+      ask_for_huge_pages(at, m->size);
+    }
+    m->filled.v.store(false);
+  }
+  // Ghosts hold the carved range's pages at VAs that map it no more.
+  for (auto g = ghosts_.begin(); g != ghosts_.end();) {
+    if (g->second.phys.lock() != phys) {
+      ++g;
+      continue;
+    }
+    bury(g->first, g->second);
+    g = ghosts_.erase(g);
+  }
+  phys_pool().give_memory(PhysMemory{p.fd, p.fd_offset, true, p.resident}, p.size);
+  p.fd = mfd;
+  p.fd_offset = 0;
+  p.carved = false;
+  p.resident = false;
   return CUDA_SUCCESS;
 }
 
@@ -71,7 +146,6 @@ CUresult AddressSpace::import_fd(int fd, CUmemGenericAllocationHandle* out) {
   phys->prop.location.id = 0;
   phys->prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
   // The exporter's device holds the memory: nothing is charged here.
-  phys->shared = true;
   std::unique_lock lock(mu_);
   const CUmemGenericAllocationHandle h = next_handle_++;
   handles_[h] = HandleEntry{std::move(phys), 1};
@@ -114,7 +188,6 @@ CUresult AddressSpace::ipc_export(uint64_t base, int* fd, uint64_t* bytes, uint6
     phys.fd = mfd;
     phys.resident = false;
   }
-  phys.shared = true;
   *fd = phys.fd;
   *bytes = m.size;
   *buffer_id = r.buffer_id;
@@ -156,7 +229,6 @@ CUresult AddressSpace::ipc_open(int fd, uint64_t bytes, uint64_t key, int device
   phys->prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
   phys->prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   phys->prop.location.id = device;
-  phys->shared = true;
   Reservation r;
   r.size = bytes;
   r.user_size = bytes;

@@ -30,15 +30,17 @@ inline void ask_for_huge_pages(void* p, uint64_t size) {
   (void)madvise(p, size, MADV_HUGEPAGE);
 }
 
-// A read-write shared mapping of `size` bytes of `fd` at an address aligned
-// to kHugePage (shmem hands out a huge page only where the VA and the file
-// offset agree modulo 2 MiB), asking for huge pages. MAP_FAILED on failure.
-inline void* map_shared_huge(int fd, uint64_t size) {
+// A read-write shared mapping of `size` bytes of `fd` from `offset` (a
+// multiple of kHugePage) at an address aligned to kHugePage (shmem hands out
+// a huge page only where the VA and the file offset agree modulo 2 MiB),
+// asking for huge pages. MAP_FAILED on failure.
+inline void* map_shared_huge(int fd, uint64_t size, uint64_t offset = 0) {
   void* area = mmap(nullptr, size + kHugePage, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (area == MAP_FAILED) return MAP_FAILED;
   const auto base = reinterpret_cast<uint64_t>(area);
   const uint64_t at = (base + kHugePage - 1) & ~(kHugePage - 1);
-  void* p = mmap(reinterpret_cast<void*>(at), size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0);
+  void* p = mmap(reinterpret_cast<void*>(at), size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+                 static_cast<off_t>(offset));
   if (at > base) munmap(area, at - base);
   if (const uint64_t tail = base + size + kHugePage - (at + size); tail != 0)
     munmap(reinterpret_cast<void*>(at + size), tail);

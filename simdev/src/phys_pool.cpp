@@ -5,6 +5,7 @@
 
 #include <cerrno>
 
+#include "carved_memory.h"
 #include "huge_pages.h"
 
 #ifndef MADV_POPULATE_WRITE
@@ -38,8 +39,13 @@ void PhysPool::set_limit(uint64_t bytes) {
   limit_ = bytes;
 }
 
+void PhysPool::release(const PhysMemory& m, uint64_t size) {
+  if (m.carved) carved_memory().give(m.offset, size);
+  else if (m.fd >= 0) close(m.fd);
+}
+
 void PhysPool::destroy(const Entry& e) {
-  if (e.fd >= 0) close(e.fd);
+  if (e.fd >= 0) release(PhysMemory{e.fd, e.offset, true, true}, e.size);
   if (e.host != nullptr) munmap(e.host, e.size);
 }
 
@@ -48,65 +54,63 @@ bool PhysPool::make_room(uint64_t size) {
     const Entry e = pool_.front();
     pool_.pop_front();
     resident_ -= e.size;
-    destroy(e);  // under the lock: close and munmap do not block on simdev
+    destroy(e);  // under the lock: a punched hole or munmap does not block on simdev
   }
   if (resident_ + size > limit_) return false;
   resident_ += size;
   return true;
 }
 
-int PhysPool::take_fd(uint64_t size, bool* resident) {
-  *resident = false;
+bool PhysPool::populate_fd(int fd, uint64_t offset, uint64_t size) {
+  // As 2 MiB pages where shmem gives them.
+  void* p = map_shared_huge(fd, size, offset);
+  if (p == MAP_FAILED) return false;
+  populate(p, size);
+  munmap(p, size);  // the pages stay with the memfd
+  return true;
+}
+
+bool PhysPool::take_memory(uint64_t size, PhysMemory* out) {
+  *out = PhysMemory{};
   bool room = false;
   {
     std::lock_guard lock(mu_);
-    // The most recently pooled memfd of this size: its pages are likeliest
+    // The most recently pooled range of this size: its pages are likeliest
     // still in the caches.
     for (auto it = pool_.rbegin(); it != pool_.rend(); ++it) {
       if (it->fd < 0 || it->size != size) continue;
-      const int fd = it->fd;
+      *out = PhysMemory{it->fd, it->offset, true, true};
       pool_.erase(std::next(it).base());
-      *resident = true;
-      return fd;
+      return true;
     }
     room = make_room(size);
   }
-  const int fd = memfd_create("simdev-physical", MFD_CLOEXEC);
-  if (fd < 0 || ftruncate(fd, static_cast<off_t>(size)) != 0) {
-    if (fd >= 0) close(fd);
-    if (room) {
-      std::lock_guard lock(mu_);
-      resident_ -= size;
-    }
-    return -1;
-  }
-  if (room) {
-    // Its pages are allocated here: as 2 MiB pages where shmem gives them.
-    void* p = map_shared_huge(fd, size);
-    if (p != MAP_FAILED) {
-      populate(p, size);
-      munmap(p, size);  // the pages stay with the memfd
-      *resident = true;
-    } else {
-      std::lock_guard lock(mu_);
-      resident_ -= size;
+  out->carved = carved_memory().take(size, &out->fd, &out->offset);
+  if (!out->carved) {
+    out->fd = memfd_create("simdev-physical", MFD_CLOEXEC);
+    if (out->fd >= 0 && ftruncate(out->fd, static_cast<off_t>(size)) != 0) {
+      close(out->fd);
+      out->fd = -1;
     }
   }
-  return fd;
+  if (out->fd >= 0 && room) out->resident = populate_fd(out->fd, out->offset, size);
+  if (room && !out->resident) {
+    std::lock_guard lock(mu_);
+    resident_ -= size;
+  }
+  return out->fd >= 0;
 }
 
-void PhysPool::give_fd(int fd, uint64_t size, bool resident) {
-  if (!resident) {
-    if (fd >= 0) close(fd);
-    return;
-  }
-  std::lock_guard lock(mu_);
-  if (fd < 0 || resident_ > limit_) {  // the limit shrank: hand it back
+void PhysPool::give_memory(const PhysMemory& m, uint64_t size) {
+  if (m.resident) {
+    std::lock_guard lock(mu_);
+    if (m.carved && resident_ <= limit_) {  // else the limit shrank: hand it back
+      pool_.push_back(Entry{m.fd, m.offset, nullptr, size});
+      return;
+    }
     resident_ -= size;
-    if (fd >= 0) close(fd);
-    return;
   }
-  pool_.push_back(Entry{fd, nullptr, size});
+  release(m, size);
 }
 
 void* PhysPool::take_host(uint64_t size, bool* resident) {
@@ -143,7 +147,7 @@ void PhysPool::give_host(void* p, uint64_t size, bool resident) {
   if (resident) {
     std::lock_guard lock(mu_);
     if (resident_ <= limit_ && mprotect(p, size, PROT_NONE) == 0) {
-      pool_.push_back(Entry{-1, p, size});
+      pool_.push_back(Entry{-1, 0, p, size});
       return;
     }
     resident_ -= size;

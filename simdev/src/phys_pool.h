@@ -3,9 +3,12 @@
 // Fresh host pages are not: each is faulted in (allocated, zeroed, mapped)
 // the first time it is touched, and a copy into them spends most of its time
 // in the kernel rather than at the modeled rate. So physical allocations
-// (cuMemCreate's memfds, cuMemHostAlloc's pages) are faulted in when they
+// (cuMemCreate's memory, cuMemHostAlloc's pages) are faulted in when they
 // are made, and kept for the next allocation of the same size when released
 // instead of being handed back to the kernel.
+//
+// A cuMemCreate handle's memory is a range of one shared memfd
+// (carved_memory.h) until it is exported.
 //
 // Bounded by SIMDEV_RESIDENT: the bytes resident at once, live or pooled.
 // Pooled memory is evicted (oldest first) to make room; an allocation that
@@ -24,15 +27,25 @@
 
 namespace simdev {
 
+// Where a physical allocation's bytes are: `size` bytes of `fd` from `offset`.
+struct PhysMemory {
+  int fd = -1;
+  uint64_t offset = 0;
+  bool carved = false;    // a range of the shared memfd, else a memfd of its own
+  bool resident = false;  // its pages are allocated (recycled or faulted in when taken)
+};
+
 class PhysPool {
  public:
   void set_limit(uint64_t bytes);
 
-  // A memfd of `size` bytes; `*resident`: its pages are allocated (recycled
-  // or faulted in now), to be given back with give_fd(). -1 on failure.
-  int take_fd(uint64_t size, bool* resident);
-  // A memfd of take_fd's that no mapping refers to any more.
-  void give_fd(int fd, uint64_t size, bool resident);
+  // Memory for a physical allocation of `size` bytes: a range of the shared
+  // memfd, or a memfd of its own where the shared one cannot hold it (a
+  // size not a multiple of 2 MiB). False on failure.
+  bool take_memory(uint64_t size, PhysMemory* out);
+  // Memory of take_memory's that no mapping refers to any more. A memfd of
+  // its own is closed, never handed out again: another process may map it.
+  void give_memory(const PhysMemory& m, uint64_t size);
 
   // Private anonymous read-write memory of `size` bytes (a multiple of the
   // page), populated when `*resident`. Null on failure.
@@ -42,10 +55,15 @@ class PhysPool {
 
  private:
   struct Entry {
-    int fd = -1;          // a memfd, or
+    int fd = -1;  // the shared memfd, its range from `offset`, or
+    uint64_t offset = 0;
     void* host = nullptr;  // a host mapping
     uint64_t size = 0;
   };
+  // Faults in the pages of a fresh range or memfd; false where it could not.
+  static bool populate_fd(int fd, uint64_t offset, uint64_t size);
+  // Hands memory back to the kernel.
+  static void release(const PhysMemory& m, uint64_t size);
   // Makes room for `size` more resident bytes by evicting pooled entries;
   // false if the limit leaves none. Caller holds mu_.
   bool make_room(uint64_t size);

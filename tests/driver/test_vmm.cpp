@@ -2,8 +2,12 @@
 // DEVICE, HOST and HOST_NUMA locations, map/unmap, access, handle queries,
 // the device-to-host remap tierrt's remap mode is built on, and the errors
 // for work that names an unmapped VA.
+#include <sys/resource.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <vector>
 
 #include "contract.h"
@@ -206,6 +210,58 @@ TEST_F(VmmTest, MapSetAccessUseUnmap) {
 
   ASSERT_CU(cuMemUnmap(r.va(), size));
   EXPECT_CU(h.release());
+}
+
+// A physical allocation is not a file descriptor: the driver hands out as
+// many as device memory holds, whatever the process's fd limit (only
+// cuMemExportToShareableHandle makes an fd). Here, with the limit just above
+// what is open, more handles than that are created, mapped side by side,
+// each filled with its own value and read back.
+TEST_F(VmmTest, HandlesBeyondTheFileDescriptorLimit) {
+  expect_child_returns_zero([this] {
+    constexpr int kHandles = 256;
+    std::error_code ec;
+    rlimit lim{};
+    int open_fds = 0;
+    for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
+         it.increment(ec))
+      ++open_fds;
+    if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return 1;
+    lim.rlim_cur = static_cast<rlim_t>(open_fds + 16);
+    if (lim.rlim_cur > lim.rlim_max || setrlimit(RLIMIT_NOFILE, &lim) != 0) return 2;
+    CUdeviceptr va = 0;
+    if (CUresult r = cuMemAddressReserve(&va, kHandles * gran_, gran_, 0, 0); r != CUDA_SUCCESS)
+      return child_fail(3, "cuMemAddressReserve", r, CUDA_SUCCESS);
+    std::vector<CUmemGenericAllocationHandle> handles(kHandles);
+    const CUmemAccessDesc acc = device_rw(device());
+    for (int i = 0; i < kHandles; ++i) {
+      const CUdeviceptr at = va + static_cast<CUdeviceptr>(i) * gran_;
+      if (CUresult r = cuMemCreate(&handles[i], gran_, &dev_prop_, 0); r != CUDA_SUCCESS)
+        return child_fail(4, "cuMemCreate", r, CUDA_SUCCESS);
+      if (CUresult r = cuMemMap(at, gran_, 0, handles[i], 0); r != CUDA_SUCCESS)
+        return child_fail(5, "cuMemMap", r, CUDA_SUCCESS);
+      if (CUresult r = cuMemSetAccess(at, gran_, &acc, 1); r != CUDA_SUCCESS)
+        return child_fail(6, "cuMemSetAccess", r, CUDA_SUCCESS);
+      if (CUresult r = contract::fill_u32(kernels(), nullptr, at, 1000u + i, gran_ / 4); r != CUDA_SUCCESS)
+        return child_fail(7, "fill", r, CUDA_SUCCESS);
+    }
+    if (CUresult r = cuCtxSynchronize(); r != CUDA_SUCCESS) return child_fail(8, "cuCtxSynchronize", r, CUDA_SUCCESS);
+    for (int i = 0; i < kHandles; ++i) {
+      uint32_t first = 0, last = 0;
+      const CUdeviceptr at = va + static_cast<CUdeviceptr>(i) * gran_;
+      if (cuMemcpyDtoH(&first, at, 4) != CUDA_SUCCESS || cuMemcpyDtoH(&last, at + gran_ - 4, 4) != CUDA_SUCCESS)
+        return 9;
+      if (first != 1000u + i || last != 1000u + i) {
+        std::fprintf(stderr, "handle %d holds %u .. %u, not %d\n", i, first, last, 1000 + i);
+        return 10;
+      }
+    }
+    for (int i = 0; i < kHandles; ++i)
+      if (cuMemUnmap(va + static_cast<CUdeviceptr>(i) * gran_, gran_) != CUDA_SUCCESS ||
+          cuMemRelease(handles[i]) != CUDA_SUCCESS)
+        return 11;
+    return cuMemAddressFree(va, kHandles * gran_) == CUDA_SUCCESS ? 0 : 12;
+  });
 }
 
 // Physical memory keeps its bytes while unmapped: mapped again at the same
