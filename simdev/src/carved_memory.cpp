@@ -26,17 +26,18 @@ CarvedMemory& carved_memory() {
 bool CarvedMemory::take(uint64_t size, int* fd, uint64_t* offset) {
   if (size == 0 || size % kHugePage != 0) return false;
   std::lock_guard lock(mu_);
-  if (fd_ < 0) {
+  if (fd_.load(std::memory_order_relaxed) < 0) {
     if (failed_) return false;
-    fd_ = memfd_create("simdev-carved", MFD_CLOEXEC);
-    if (fd_ >= 0 && ftruncate(fd_, static_cast<off_t>(kFileBytes)) != 0) {
-      close(fd_);
-      fd_ = -1;
+    int fd = memfd_create("simdev-carved", MFD_CLOEXEC);
+    if (fd >= 0 && ftruncate(fd, static_cast<off_t>(kFileBytes)) != 0) {
+      close(fd);
+      fd = -1;
     }
-    if (fd_ < 0) {
+    if (fd < 0) {
       failed_ = true;
       return false;
     }
+    fd_.store(fd, std::memory_order_release);
   }
   // The lowest released range that holds it: the file stays compact, and a
   // range taken again sits where its neighbours' mappings can merge with it.
@@ -45,15 +46,13 @@ bool CarvedMemory::take(uint64_t size, int* fd, uint64_t* offset) {
     *offset = it->first;
     if (it->second > size) free_.emplace(it->first + size, it->second - size);
     free_.erase(it);
-    carved_ += size;
-    *fd = fd_;
+    *fd = fd_.load(std::memory_order_relaxed);
     return true;
   }
   if (end_ + size > kFileBytes) return false;
   *offset = end_;
   end_ += size;
-  carved_ += size;
-  *fd = fd_;
+  *fd = fd_.load(std::memory_order_relaxed);
   return true;
 }
 
@@ -61,11 +60,10 @@ void CarvedMemory::give(uint64_t offset, uint64_t size) {
   // Its pages go back to the kernel before anyone can be handed the range:
   // the next owner reads zeroes, never this one's bytes, and the memory is
   // not held while nothing uses it. Outside the lock: the range is ours.
-  (void)fallocate(fd_, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, static_cast<off_t>(offset),
-                  static_cast<off_t>(size));
+  (void)fallocate(fd_.load(std::memory_order_acquire), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                  static_cast<off_t>(offset), static_cast<off_t>(size));
   std::lock_guard lock(mu_);
-  assert(carved_ >= size && offset + size <= end_);
-  carved_ -= size;
+  assert(offset + size <= end_);
   auto next = free_.lower_bound(offset);
   assert(next == free_.end() || next->first >= offset + size);
   if (next != free_.end() && next->first == offset + size) {
@@ -86,11 +84,6 @@ void CarvedMemory::give(uint64_t offset, uint64_t size) {
     return;
   }
   free_.emplace(offset, size);
-}
-
-uint64_t CarvedMemory::carved_bytes() {
-  std::lock_guard lock(mu_);
-  return carved_;
 }
 
 }  // namespace simdev

@@ -17,6 +17,7 @@
 // process every other allocation's bytes.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -32,15 +33,13 @@ class CarvedMemory {
   // A range of take's that no mapping refers to any more.
   void give(uint64_t offset, uint64_t size);
 
-  // The bytes of the file's ranges handed out now (for tests).
-  uint64_t carved_bytes();
-
  private:
   std::mutex mu_;
-  int fd_ = -1;  // made at the first take, never closed: mappings outlive everything
+  // Made at the first take (under mu_), never closed: mappings outlive
+  // everything. Atomic: give() reads it without the lock.
+  std::atomic<int> fd_{-1};
   bool failed_ = false;  // memfd_create or ftruncate refused: never tried again
   uint64_t end_ = 0;  // ranges at or past it were never handed out
-  uint64_t carved_ = 0;
   // Released ranges below end_, by offset, neighbours coalesced.
   // Invariant: no two touch, and none reaches end_ (it would have lowered it).
   std::map<uint64_t, uint64_t> free_;
