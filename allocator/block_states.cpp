@@ -267,15 +267,14 @@ void BlockStates::pins_released() noexcept {
   changed_.notify_all();
 }
 
-bool BlockStates::pinned_by_running_thread_locked(const Block* b) const noexcept {
-  const std::uint32_t pins = b->pins.load(std::memory_order_seq_cst);
+std::uint32_t BlockStates::pins_of_waiting_threads_locked(const Block* b) const noexcept {
   std::uint32_t waiting = 0;
   for (const PinHolder& h : holders_)
     for (const Block* p : h.pinned) waiting += p == b;
-  return pins > waiting;
+  return waiting;
 }
 
-bool BlockStates::could_change_locked() const noexcept {
+bool BlockStates::could_change_locked(std::span<Block* const> held) const noexcept {
   if (spills_ != 0 || fetches_queued_ != 0) return true;
   if (claims_ + fetches_unqueued_ > waiting_claims_) return true;
   // A launch announced now is enqueuing, never waiting (it pins before it
@@ -289,17 +288,29 @@ bool BlockStates::could_change_locked() const noexcept {
       },
       &announced);
   if (announced || !looked) return true;
-  for (const Block& b : resident_)
-    if (!b.captured && b.user_pins == 0 && pinned_by_running_thread_locked(&b)) return true;
+  // A launch lets go of its blocks (drops its pins, ends its announcement)
+  // before its release() takes this lock to move the generation. A candidate
+  // the rescue found held that is free now (or no longer RESIDENT) was let
+  // go of, counted or not yet: the count comes (the rescue was announced
+  // before it looked) and is waited for. Each block's pins are read once, so
+  // that a release between two reads cannot pass for "nothing can change".
+  for (const Block* b : held)
+    if (b->st() != State::Resident) return true;
+  for (const Block& b : resident_) {
+    if (b.captured || b.user_pins != 0) continue;
+    const std::uint32_t pins = b.pins.load(std::memory_order_seq_cst);
+    if (pins > pins_of_waiting_threads_locked(&b)) return true;
+    if (pins == 0 && std::find(held.begin(), held.end(), &b) != held.end()) return true;
+  }
   return false;
 }
 
-bool BlockStates::wait_for_change(std::uint64_t seen, Lock& l, std::span<Block* const> pinned,
-                                  bool holds_claim) noexcept {
+bool BlockStates::wait_for_change(std::uint64_t seen, Lock& l, std::span<Block* const> pinned, bool holds_claim,
+                                  std::span<Block* const> held) noexcept {
   PinHolder waiting(pinned, l, *this, holds_claim);
   for (;;) {
     if (generation_ != seen) return true;
-    if (!could_change_locked()) return false;
+    if (!could_change_locked(held)) return false;
     changed_.wait(l);
   }
 }

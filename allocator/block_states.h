@@ -177,10 +177,12 @@ class BlockStates {
   // Waits until something happened since `seen` that may free device memory
   // (true: a move finished, pins were released, a claim ended), or returns
   // false as soon as nothing can: no move under way, no claim but those of
-  // threads waiting here, and every candidate's launch pins held by threads
+  // threads waiting here, every candidate's launch pins held by threads
   // waiting inside the allocator (`pinned`: the caller's; `holds_claim`:
-  // whether the caller holds a claim).
-  bool wait_for_change(std::uint64_t seen, Lock& l, std::span<Block* const> pinned, bool holds_claim) noexcept;
+  // whether the caller holds a claim), and none of `held` (the candidates
+  // the caller found held by a launch after `seen` was taken) let go since.
+  bool wait_for_change(std::uint64_t seen, Lock& l, std::span<Block* const> pinned, bool holds_claim,
+                       std::span<Block* const> held = {}) noexcept;
   // Resident spillable blocks: the rescue's candidates.
   template <class F>
   void for_each_resident(F&& f, const Lock&);
@@ -203,10 +205,11 @@ class BlockStates {
   void revive(Block* b, std::size_t size, bool spillable, const Lock& l) noexcept;
   // SPILLING -> RESIDENT: the copy under way is discarded when it completes.
   void abort_spill(Block* b, const Lock&) noexcept;
-  bool could_change_locked() const noexcept;
-  // Launch pins on `b` held by threads other than those waiting inside the
-  // allocator: pins that will be released.
-  bool pinned_by_running_thread_locked(const Block* b) const noexcept;
+  // `held`: as for wait_for_change().
+  bool could_change_locked(std::span<Block* const> held) const noexcept;
+  // Launch pins on `b` held by threads waiting inside the allocator: pins
+  // that will not be released while they wait (the others will).
+  std::uint32_t pins_of_waiting_threads_locked(const Block* b) const noexcept;
 
   // Rank 30 (lock_rank.h): alloc.uses is taken inside it; it is never
   // taken inside another allocator lock.

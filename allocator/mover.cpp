@@ -102,7 +102,7 @@ bool Mover::stop_tiering(const char* why) noexcept {
   return true;
 }
 
-SpillResult Mover::spill(Block* b) noexcept {
+SpillResult Mover::spill(Block* b, bool* launch_held) noexcept {
   if (tiering_stopped() != nullptr) return SpillResult::NotSpillable;
   auto* op = new (std::nothrow) Op(Move::Spill, b);
   if (op == nullptr) {
@@ -111,7 +111,7 @@ SpillResult Mover::spill(Block* b) noexcept {
   }
   UseSlot uses[2 * kMaxUseSlots];  // the block's, and its group's
   int nuses = 0;
-  SpillResult r = claim_for_spill(op, uses, &nuses);
+  SpillResult r = claim_for_spill(op, uses, &nuses, launch_held);
   if (r != SpillResult::Started) {
     delete op;
     return r;
@@ -132,7 +132,7 @@ SpillResult Mover::spill(Block* b) noexcept {
   return SpillResult::Started;
 }
 
-SpillResult Mover::claim_for_spill(Op* op, UseSlot* uses, int* nuses) noexcept {
+SpillResult Mover::claim_for_spill(Op* op, UseSlot* uses, int* nuses, bool* launch_held) noexcept {
   Block* b = op->b;
   auto l = blocks_.lock();
   const State st = b->st();
@@ -156,6 +156,7 @@ SpillResult Mover::claim_for_spill(Op* op, UseSlot* uses, int* nuses) noexcept {
   if (held_by_launch(b)) {
     blocks_.set_state(b, State::Resident, l);
     backing_.release(b, &op->host);
+    if (launch_held != nullptr) *launch_held = true;
     return SpillResult::Busy;
   }
   op->gen = ++b->gen;

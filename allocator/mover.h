@@ -75,7 +75,9 @@ class Mover {
   // Finalises every move under way and ends the thread.
   void stop() noexcept;
 
-  SpillResult spill(Block* b) noexcept;
+  // `launch_held`, when given, is set where the spill came back Busy because
+  // a launch being enqueued holds the block (pinned or announced).
+  SpillResult spill(Block* b, bool* launch_held = nullptr) noexcept;
   // Makes `consumer` (if not null) wait for the block's bytes: a fetch is
   // started when it is spilled. `demand`: a launch needs it now (it may
   // spill others to make room); `pinned`: blocks that launch holds pinned.
@@ -110,7 +112,7 @@ class Mover {
  private:
   struct Op;
   // spill
-  SpillResult claim_for_spill(Op* op, UseSlot* uses, int* nuses) noexcept;
+  SpillResult claim_for_spill(Op* op, UseSlot* uses, int* nuses, bool* launch_held) noexcept;
   SpillResult enqueue_spill(Op* op, UseSlot* uses, int nuses) noexcept;
   void undo_spill(Op* op, SpillResult why) noexcept;
   // fetch

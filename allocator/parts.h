@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <unordered_set>
+#include <vector>
 
 #include "allocator/allocator.h"
 #include "driver/driver.h"
@@ -92,7 +93,9 @@ struct Allocator::Parts final : Reclaimer, ChunkDonors {
   // rescue.cpp
   bool make_room(std::uint64_t bytes, const Claimant& who) noexcept override;
   void over_budget(std::uint64_t used, std::uint64_t limit) noexcept override;
-  bool spill_coldest(std::uint64_t bytes) noexcept;
+  // `held`: the resident blocks it passed over because a launch held them
+  // (their release is what the rescue then waits for).
+  bool spill_coldest(std::uint64_t bytes, std::vector<Block*>* held) noexcept;
   std::uint64_t trim(std::uint64_t bytes) noexcept;
 
   // chunk_handover.cpp

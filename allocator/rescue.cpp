@@ -20,13 +20,14 @@ bool Allocator::Parts::make_room(std::uint64_t bytes, const Claimant& who) noexc
   const BlockStates::Rescuing rescuing(blocks);  // before looking at any pin
   const std::uint64_t freed = trim(bytes) + release_empty_slabs();
   if (freed >= bytes || !who.may_spill) return freed > 0;
-  if (spill_coldest(bytes - freed)) {
+  std::vector<Block*> held;
+  if (spill_coldest(bytes - freed, &held)) {
     blocks.wait_spills_done();  // their device memory is released by then
     return true;
   }
   if (freed > 0) return true;
   auto l = blocks.lock();
-  return blocks.wait_for_change(rescuing.seen(), l, who.pinned, who.holds_claim);
+  return blocks.wait_for_change(rescuing.seen(), l, who.pinned, who.holds_claim, held);
 }
 
 void Allocator::Parts::over_budget(std::uint64_t used, std::uint64_t limit) noexcept {
@@ -34,7 +35,7 @@ void Allocator::Parts::over_budget(std::uint64_t used, std::uint64_t limit) noex
   if (MoveObserver* o = mover->observer()) o->over_budget(used, limit);
 }
 
-bool Allocator::Parts::spill_coldest(std::uint64_t bytes) noexcept {
+bool Allocator::Parts::spill_coldest(std::uint64_t bytes, std::vector<Block*>* held) noexcept {
   struct Candidate {
     Block* b;
     std::uint64_t last_use, mapped;
@@ -47,9 +48,11 @@ bool Allocator::Parts::spill_coldest(std::uint64_t bytes) noexcept {
     // resident block here.
     blocks.for_each_resident(
         [&](Block* b) {
-          if (b->captured || b->user_pins != 0 || b->ops_pending != 0 || b->pins.load() != 0 ||
-              b->ready.load() != nullptr)
+          if (b->captured || b->user_pins != 0 || b->ops_pending != 0 || b->ready.load() != nullptr) return;
+          if (b->pins.load() != 0) {
+            held->push_back(b);
             return;
+          }
           idle.push_back({b, b->last_use.load(std::memory_order_relaxed), b->mapped});
         },
         l);
@@ -58,7 +61,9 @@ bool Allocator::Parts::spill_coldest(std::uint64_t bytes) noexcept {
   std::uint64_t started = 0;
   for (const Candidate& c : idle) {
     if (started >= bytes) break;
-    const SpillResult r = mover->spill(c.b);
+    bool launch_held = false;
+    const SpillResult r = mover->spill(c.b, &launch_held);
+    if (launch_held) held->push_back(c.b);
     if (r == SpillResult::Started) started += c.mapped;
     if (r == SpillResult::HostFull) break;
   }
