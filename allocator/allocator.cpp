@@ -1,9 +1,9 @@
 // The Allocator facade: creation and teardown, allocation and free, lookup,
 // statistics. Launch residency is in residency.cpp, the rescue in rescue.cpp.
+#include <algorithm>
 #include <cassert>
 #include <new>
 #include <vector>
-#include <new>
 
 #include "parts.h"
 #include "driver/driver.h"
@@ -301,6 +301,15 @@ std::size_t Allocator::recall() noexcept {
 }
 
 void Allocator::set_class(Block* b, std::uint8_t lifetime) noexcept { p_->blocks.set_lifetime(b, lifetime); }
+
+void Allocator::set_classes(std::span<const ClassTag> tags) noexcept {
+  constexpr std::size_t kChunk = 256;
+  for (std::size_t i = 0; i < tags.size(); i += kChunk) {
+    auto l = p_->blocks.lock();
+    for (const ClassTag& t : tags.subspan(i, std::min(kChunk, tags.size() - i)))
+      if (Block* b = lookup(t.va); b != nullptr && b->va == t.va) p_->blocks.set_lifetime(b, t.lifetime, l);
+  }
+}
 void Allocator::set_observer(MoveObserver* observer) noexcept { p_->mover->set_observer(observer); }
 std::uint64_t Allocator::trim(std::uint64_t bytes) noexcept {
   const std::uint64_t sum = p_->trim(bytes);

@@ -147,8 +147,12 @@ void BlockStates::wait_unfenced(const Group* g, Lock& l, std::span<Block* const>
 }
 
 void BlockStates::set_lifetime(Block* b, std::uint8_t lifetime) noexcept {
-  std::lock_guard<RankedMutex> g(mu_);
+  set_lifetime(b, lifetime, lock());
+}
+
+void BlockStates::set_lifetime(Block* b, std::uint8_t lifetime, const Lock&) noexcept {
   lifetime &= 7;
+  if (b->lifetime == lifetime) return;
   if (b->st() != State::Freed) {
     lifetime_bytes_[b->lifetime] -= b->size;
     lifetime_bytes_[lifetime] += b->size;

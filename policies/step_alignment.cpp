@@ -69,12 +69,19 @@ std::optional<AlignedPlan> align_plan(const StepPlan& plan, const StepTimeline& 
     return std::nullopt;
   StepAligner aligner(plan.expected_tokens, plan.expected_ordinals, options);
   std::vector<Trigger> out;
-  // A block from before the step is the same block in the running step: found by its id.
+  // A block from before the step is the same block in the running step:
+  // found by its id, in a table made at the first trigger that names one
+  // (every block that lived through the step is in it, 1e5 in some jobs,
+  // and most plans name none).
   std::unordered_map<BlockId, std::uint32_t> before;
-  for (std::uint32_t b = 0; b < running.blocks.size(); ++b)
-    if (running.blocks[b].predates_step()) before.emplace(running.blocks[b].id, b);
+  bool before_made = false;
   auto running_name = [&](const Trigger& t) {
     if (t.block == 0) return aligner.running_ordinal(t.ordinal);
+    if (!before_made) {
+      before_made = true;
+      for (std::uint32_t b = 0; b < running.blocks.size(); ++b)
+        if (running.blocks[b].predates_step()) before.emplace(running.blocks[b].id, b);
+    }
     const auto it = before.find(t.block);
     return it == before.end() ? kNoOrdinal : running.name_of(it->second);
   };

@@ -14,6 +14,7 @@ class TimelineBuilder {
     // Sorted so that block indices do not depend on hash-table order.
     std::vector<BlockId> ids;
     ids.reserve(live_.size());
+    index_.reserve(live_.size());  // one table for the step, not a rehash per doubling
     for (auto& entry : live_) ids.push_back(entry.first);
     std::sort(ids.begin(), ids.end());
     for (BlockId id : ids) add_block(id, live_.at(id), kNoOrdinal);

@@ -16,6 +16,7 @@
 #include "policies/eval/transformer_synth.hpp"
 #include "policies/event_buffer.hpp"
 #include "policies/planner.hpp"
+#include "policies/policy_engine.hpp"
 
 namespace {
 
@@ -112,6 +113,35 @@ void ReplayPolicy(benchmark::State& state) {
   state.counters["modeled_moved_GiB"] = static_cast<double>(s.bytes_d2h + s.bytes_h2d) / double(1ull << 30);
 }
 BENCHMARK(ReplayPolicy)->DenseRange(0, 7)->Unit(benchmark::kMillisecond);  // every name in policy_names()
+
+// What the policy thread spends at a step's end (learning the step, planning
+// it) when many blocks are live: N blocks allocated before the first marker
+// (weights, optimizer state), then steps of 80 launches each naming 8 of
+// them, as launch_hook_bench's warm-up does. Against N = 100 in the same
+// run: a job with a hundred thousand live tensors pays this at every step.
+void StepEndWithLiveBlocks(benchmark::State& state) {
+  const auto live = static_cast<std::uint64_t>(state.range(0));
+  constexpr std::uint64_t kBlockBytes = 2u << 20, kLaunches = 80;
+  PolicyEngine::Options o;
+  o.budget = live * kBlockBytes * 2;  // all fits: planning finds nothing to move
+  o.link = parse_link("pcie5");
+  PolicyEngine engine(o);
+  auto block = [](std::uint64_t i) { return 0x7f0000000000ull + i * kBlockBytes; };
+  for (std::uint64_t i = 0; i < live; ++i) engine.record(Event::alloc(block(i), kBlockBytes));
+  std::uint64_t seq = 0, step = 0;
+  auto one_step = [&] {
+    for (std::uint64_t l = 0; l < kLaunches; ++l, ++seq) {
+      engine.record(Event::launch(seq, 20'000));
+      for (std::uint64_t u = 0; u < 8; ++u) engine.record(Event::use(block((u * live) / 8), seq));
+    }
+    engine.record(Event::step(step++));
+  };
+  for (int warm = 0; warm < 3; ++warm) one_step();  // the first steps learn; later ones run the plan
+  for (auto _ : state) one_step();
+  state.counters["live_blocks"] = static_cast<double>(live);
+  state.counters["steps_learned"] = static_cast<double>(engine.steps_completed());
+}
+BENCHMARK(StepEndWithLiveBlocks)->Arg(100)->Arg(10'000)->Arg(100'000)->Unit(benchmark::kMillisecond);
 
 // A first step's events into a fresh buffer, up to max_step_events (2^22,
 // 96 MiB): the policy engine's EventBuffer (grows by moving pages, asks for

@@ -269,6 +269,18 @@ class Allocator {
 
   // The block's lifetime class (0: unknown; 1..7: the runtime's classes).
   void set_class(Block* b, std::uint8_t lifetime) noexcept;
+  // A lifetime class for the block that starts at `va`.
+  struct ClassTag {
+    CUdeviceptr va;
+    std::uint8_t lifetime;
+  };
+  // Sets each block's class where the block starting at its VA is still
+  // there (one freed since is left alone), and only where it changes (the
+  // class sits on the line every launch naming the block reads). Under the
+  // block lock a chunk at a time: a step's worth of blocks (the planner tags
+  // every block that lived through the step) costs a few lock holds, not two
+  // per block, and keeps no other thread waiting long.
+  void set_classes(std::span<const ClassTag> tags) noexcept;
   // Tells `observer` (null: nobody) what the mover sees from now on. It must
   // outlive the allocator.
   void set_observer(MoveObserver* observer) noexcept;
