@@ -12,12 +12,10 @@ class TimelineBuilder {
  public:
   TimelineBuilder(LiveBlocks& live) : live_(live) {
     // Sorted so that block indices do not depend on hash-table order.
-    std::vector<BlockId> ids;
-    ids.reserve(live_.size());
-    index_.reserve(live_.size());  // one table for the step, not a rehash per doubling
-    for (auto& entry : live_) ids.push_back(entry.first);
-    std::sort(ids.begin(), ids.end());
-    for (BlockId id : ids) add_block(id, live_.at(id), kNoOrdinal);
+    before_.reserve(live_.size());
+    for (auto& entry : live_) before_.push_back(entry.first);
+    std::sort(before_.begin(), before_.end());
+    for (BlockId id : before_) add_block(id, live_.at(id), kNoOrdinal);
   }
 
   void feed(const Event& e) {
@@ -29,17 +27,15 @@ class TimelineBuilder {
         break;
       }
       case EventKind::Free: {
-        auto it = index_.find(e.a);
-        if (it != index_.end() && tl_.blocks[it->second].free_op == kNever)
-          tl_.blocks[it->second].free_op = static_cast<std::uint32_t>(tl_.ops.size());
+        const std::uint32_t i = index_of(e.a);
+        if (i != kNone && tl_.blocks[i].free_op == kNever) tl_.blocks[i].free_op = static_cast<std::uint32_t>(tl_.ops.size());
         live_.erase(e.a);
         break;
       }
       case EventKind::Tag: {
-        auto it = index_.find(e.a);
-        if (it != index_.end()) {
-          tl_.blocks[it->second].role = static_cast<Role>(e.sub);
-          tl_.blocks[it->second].layer = static_cast<std::uint32_t>(e.b);
+        if (const std::uint32_t i = index_of(e.a); i != kNone) {
+          tl_.blocks[i].role = static_cast<Role>(e.sub);
+          tl_.blocks[i].layer = static_cast<std::uint32_t>(e.b);
         }
         auto lit = live_.find(e.a);
         if (lit != live_.end()) lit->second.role = static_cast<Role>(e.sub), lit->second.layer = static_cast<std::uint32_t>(e.b);
@@ -51,9 +47,9 @@ class TimelineBuilder {
         break;
       case EventKind::Use: {
         auto op = op_of_seq_.find(e.b);
-        auto blk = index_.find(e.a);
-        if (op == op_of_seq_.end() || blk == index_.end()) break;  // untracked memory or a foreign launch
-        uses_.emplace_back(op->second, blk->second);
+        const std::uint32_t blk = index_of(e.a);
+        if (op == op_of_seq_.end() || blk == kNone) break;  // untracked memory or a foreign launch
+        uses_.emplace_back(op->second, blk);
         break;
       }
       case EventKind::Phase:
@@ -102,13 +98,27 @@ class TimelineBuilder {
     r.role = b.role;
     r.layer = b.layer;
     r.lazy = b.lazy;
-    index_[id] = static_cast<std::uint32_t>(tl_.blocks.size());
+    if (ordinal != kNoOrdinal) allocated_[id] = static_cast<std::uint32_t>(tl_.blocks.size());
     tl_.blocks.push_back(r);
   }
 
+  // The block an id names now: the newest allocated in the step, else the
+  // one from before it (blocks[i] for before_[i]); kNone: neither.
+  std::uint32_t index_of(BlockId id) const {
+    if (auto it = allocated_.find(id); it != allocated_.end()) return it->second;
+    const auto it = std::lower_bound(before_.begin(), before_.end(), id);
+    return it != before_.end() && *it == id ? static_cast<std::uint32_t>(it - before_.begin()) : kNone;
+  }
+
+  static constexpr std::uint32_t kNone = UINT32_MAX;
+
   LiveBlocks& live_;
   StepTimeline tl_;
-  std::unordered_map<BlockId, std::uint32_t> index_;
+  // Blocks by id: those from before the step sorted (their index is their
+  // place, so a step with 1e5 of them builds no table of them), those
+  // allocated in it in a table.
+  std::vector<BlockId> before_;
+  std::unordered_map<BlockId, std::uint32_t> allocated_;
   std::unordered_map<LaunchSeq, std::uint32_t> op_of_seq_;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> uses_;
   std::uint32_t next_ordinal_ = 0;
