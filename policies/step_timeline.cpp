@@ -28,7 +28,8 @@ class TimelineBuilder {
       }
       case EventKind::Free: {
         const std::uint32_t i = index_of(e.a);
-        if (i != kNone && tl_.blocks[i].free_op == kNever) tl_.blocks[i].free_op = static_cast<std::uint32_t>(tl_.ops.size());
+        if (i != kNone && tl_.blocks[i].free_op == kNever)
+          tl_.blocks[i].free_op = static_cast<std::uint32_t>(tl_.ops.size());
         live_.erase(e.a);
         break;
       }

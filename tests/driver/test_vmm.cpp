@@ -223,9 +223,8 @@ TEST_F(VmmTest, HandlesBeyondTheFileDescriptorLimit) {
     std::error_code ec;
     rlimit lim{};
     int open_fds = 0;
-    for (auto it = std::filesystem::directory_iterator("/proc/self/fd", ec); !ec && it != std::filesystem::directory_iterator();
-         it.increment(ec))
-      ++open_fds;
+    using Dir = std::filesystem::directory_iterator;
+    for (auto it = Dir("/proc/self/fd", ec); !ec && it != Dir(); it.increment(ec)) ++open_fds;
     if (getrlimit(RLIMIT_NOFILE, &lim) != 0) return 1;
     lim.rlim_cur = static_cast<rlim_t>(open_fds + 16);
     if (lim.rlim_cur > lim.rlim_max || setrlimit(RLIMIT_NOFILE, &lim) != 0) return 2;
