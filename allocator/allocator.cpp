@@ -300,8 +300,6 @@ std::size_t Allocator::recall() noexcept {
   return left;
 }
 
-void Allocator::set_class(Block* b, std::uint8_t lifetime) noexcept { p_->blocks.set_lifetime(b, lifetime); }
-
 void Allocator::set_classes(std::span<const ClassTag> tags) noexcept {
   constexpr std::size_t kChunk = 256;
   for (std::size_t i = 0; i < tags.size(); i += kChunk) {

@@ -146,10 +146,6 @@ void BlockStates::wait_unfenced(const Group* g, Lock& l, std::span<Block* const>
   fence_wait_ns_ += steady_ns() - t0;
 }
 
-void BlockStates::set_lifetime(Block* b, std::uint8_t lifetime) noexcept {
-  set_lifetime(b, lifetime, lock());
-}
-
 void BlockStates::set_lifetime(Block* b, std::uint8_t lifetime, const Lock&) noexcept {
   lifetime &= 7;
   if (b->lifetime == lifetime) return;

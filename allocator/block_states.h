@@ -52,7 +52,6 @@ class BlockStates {
   // FREED (also for a block without a VA), RESIDENT, SPILLED or FETCHING.
   // `pinned`: blocks the caller holds pinned while it waits (see PinHolder).
   State settle(Block* b, Lock& l, std::span<Block* const> pinned = {}) noexcept;
-  void set_lifetime(Block* b, std::uint8_t lifetime) noexcept;
   void set_lifetime(Block* b, std::uint8_t lifetime, const Lock&) noexcept;  // stores only a change
   // Waits until no thread changes the block's mapping (Block::remapping),
   // whatever its state (an untouched member being mapped is FREED).

@@ -21,7 +21,6 @@ PolicyThread::PolicyThread(alloc::Allocator& allocator, CUcontext ctx, std::uint
                            const policy::LinkModel& link, Recorder* recorder, bool acts)
     : allocator_(allocator), recorder_(recorder), ctx_(ctx), ring_(new Slot[kSlots]), acts_(acts) {
   for (std::uint64_t i = 0; i < kSlots; ++i) ring_[i].turn.store(i, std::memory_order_relaxed);
-  clock_ok_ = clock_.ok();
   policy::PolicyEngine::Options o;
   o.budget = budget;
   o.link = link;
@@ -61,7 +60,7 @@ void PolicyThread::post_launch(policy::LaunchSeq seq, policy::StreamId sid, CUst
         l->count = static_cast<std::uint8_t>(inline_uses);
         for (std::size_t i = 0; i < inline_uses; ++i) l->blocks[i] = named[i]->va;
       },
-      clock_ok_ ? 0 : steady_ns(), false);
+      clock_.ok() ? 0 : steady_ns(), false);
   for (alloc::Block* b : named.subspan(inline_uses)) push(policy::Event::use(b->va, seq, sid), 0, false);
 }
 
@@ -402,7 +401,7 @@ void PolicyThread::read_clock() {
 // made from are measured densely again from now on.
 void PolicyThread::sample_densely() {
   clock_alarm_ = true;
-  set_clock_shift(0);
+  clock_shift_.store(0, std::memory_order_relaxed);
   clock_quiet_since_ = last_launch_;
 }
 
@@ -412,9 +411,9 @@ void PolicyThread::sample_densely() {
 // recorded device time.
 void PolicyThread::adapt_clock(std::uint64_t steps, std::uint64_t mispredictions) {
   const bool missed = clock_alarm_ || mispredictions != clock_mispredictions_;
-  const unsigned shift = shift_;
-  if (missed || steps < 2 || recorder_ != nullptr) set_clock_shift(0);
-  else if (shift < DeviceClock::kMaxShift) set_clock_shift(shift + 1);
+  const unsigned shift = clock_shift_.load(std::memory_order_relaxed);
+  if (missed || steps < 2 || recorder_ != nullptr) clock_shift_.store(0, std::memory_order_relaxed);
+  else if (shift < DeviceClock::kMaxShift) clock_shift_.store(shift + 1, std::memory_order_relaxed);
   clock_mispredictions_ = mispredictions;
   clock_alarm_ = false;
   clock_quiet_since_ = last_launch_;
@@ -423,22 +422,12 @@ void PolicyThread::adapt_clock(std::uint64_t steps, std::uint64_t mispredictions
 // No step has ended and nothing missed for kUnlearnedLaunches << shift
 // launches: half as many samples. Not in a recorded run (adapt_clock).
 void PolicyThread::back_off_clock() {
-  const unsigned shift = shift_;
+  const unsigned shift = clock_shift_.load(std::memory_order_relaxed);
   if (shift >= DeviceClock::kMaxShift || recorder_ != nullptr || last_launch_ < clock_quiet_since_ ||
       last_launch_ - clock_quiet_since_ < (kUnlearnedLaunches << shift))
     return;
-  set_clock_shift(shift + 1);
+  clock_shift_.store(shift + 1, std::memory_order_relaxed);
   clock_quiet_since_ = last_launch_;
-}
-
-// Every launch reads clock_shift_, on the line every post writes: this
-// thread reads its own copy (publish() looks at it for every launch) and
-// stores only a change, else each look would take that line from the
-// launching threads.
-void PolicyThread::set_clock_shift(unsigned shift) {
-  if (shift_ == shift) return;
-  shift_ = shift;
-  clock_shift_.store(shift, std::memory_order_relaxed);
 }
 
 void PolicyThread::publish() {

@@ -25,6 +25,21 @@ namespace {
 
 constexpr char kMemfdName[] = "simdev-physical";
 
+// A new memfd of `size` bytes holding a copy of `bytes`; -1 on failure.
+int memfd_holding(const void* bytes, uint64_t size) {
+  const int mfd = memfd_create(kMemfdName, MFD_CLOEXEC);
+  if (mfd < 0) return -1;
+  void* staging = MAP_FAILED;
+  if (ftruncate(mfd, static_cast<off_t>(size)) == 0) staging = map_shared_huge(mfd, size);
+  if (staging == MAP_FAILED) {
+    close(mfd);
+    return -1;
+  }
+  std::memcpy(staging, bytes, size);
+  munmap(staging, size);
+  return mfd;
+}
+
 // The memfds simdev makes are named kMemfdName: anything else is not memory
 // of a simulated device.
 bool is_simdev_memfd(int fd) {
@@ -75,23 +90,11 @@ CUresult AddressSpace::move_to_own_memfd_locked(const std::shared_ptr<PhysAlloc>
     for (auto& [va, m] : r.maps)
       if (m.phys == phys) maps.push_back(&m);
   for (Mapping* m : maps) wait_until_unused(m->va, m->va + m->size, false);
-  const int mfd = memfd_create(kMemfdName, MFD_CLOEXEC);
-  if (mfd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
-  void* from = MAP_FAILED;
-  void* to = MAP_FAILED;
-  if (ftruncate(mfd, static_cast<off_t>(p.size)) == 0) {
-    from = map_shared_huge(p.fd, p.size, p.fd_offset);
-    to = map_shared_huge(mfd, p.size);
-  }
-  if (from == MAP_FAILED || to == MAP_FAILED) {
-    if (from != MAP_FAILED) munmap(from, p.size);
-    if (to != MAP_FAILED) munmap(to, p.size);
-    close(mfd);
-    return CUDA_ERROR_OUT_OF_MEMORY;
-  }
-  std::memcpy(to, from, p.size);
+  void* from = map_shared_huge(p.fd, p.size, p.fd_offset);
+  if (from == MAP_FAILED) return CUDA_ERROR_OUT_OF_MEMORY;
+  const int mfd = memfd_holding(from, p.size);
   munmap(from, p.size);
-  munmap(to, p.size);
+  if (mfd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
   for (Mapping* m : maps) {
     // Moved off its VA (mapped again, no access given yet): the VA stays
     // without access, now on the new memory.
@@ -168,17 +171,8 @@ CUresult AddressSpace::ipc_export(uint64_t base, int* fd, uint64_t* bytes, uint6
     // at the same address. Work using it finishes first (nothing starts
     // meanwhile: mu_ is held), so no write is lost.
     wait_until_unused(m.va, m.va + m.size, false);
-    const int mfd = memfd_create(kMemfdName, MFD_CLOEXEC);
+    const int mfd = memfd_holding(reinterpret_cast<const void*>(m.va), m.size);
     if (mfd < 0) return CUDA_ERROR_OUT_OF_MEMORY;
-    void* staging = MAP_FAILED;
-    if (ftruncate(mfd, static_cast<off_t>(m.size)) == 0)
-      staging = mmap(nullptr, m.size, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
-    if (staging == MAP_FAILED) {
-      close(mfd);
-      return CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    std::memcpy(staging, reinterpret_cast<void*>(m.va), m.size);
-    munmap(staging, m.size);
     void* p = mmap(reinterpret_cast<void*>(m.va), m.size, m.applied_prot, MAP_SHARED | MAP_FIXED, mfd, 0);
     if (p == MAP_FAILED) {
       close(mfd);

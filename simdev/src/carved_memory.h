@@ -1,5 +1,7 @@
-// Physical allocations that are not kept resident share one sparse memfd,
-// each a range of it, instead of a memfd apiece. The driver hands out as
+// cuMemCreate's physical allocations share one sparse memfd, each a range
+// of it, instead of a memfd apiece (the resident pool, phys_pool.h, keeps
+// released ranges with their pages for the next allocation of their size,
+// and hands them back here when it evicts them). The driver hands out as
 // many allocations as device memory holds and costs no file descriptor for
 // any of them; a memfd per allocation would stop a job at the process's fd
 // limit (often 1024 or 20000) and, with a mapping apiece, at the kernel's
@@ -9,8 +11,8 @@
 //
 // A range is 2 MiB-aligned in the file (shmem gives a 2 MiB page only where
 // the VA and the file offset agree modulo 2 MiB) and holds zeroes when
-// carved: a released range's pages go back to the kernel (a hole punched)
-// before it is handed out again.
+// carved: a range given back here has its pages returned to the kernel (a
+// hole punched) before it is handed out again.
 //
 // A handle that is exported moves to a memfd of its own first
 // (address_space_ipc.cpp): the shared memfd's fd would give the other

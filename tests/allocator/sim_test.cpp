@@ -792,7 +792,8 @@ TEST_P(Modes, StatsCountBytesPerState) {
   auto a = make(GetParam());
   Block* b = alloc(*a, 2 * MiB);
   Block* c = alloc(*a, 4 * MiB);
-  a->set_class(c, 3);
+  const Allocator::ClassTag tag[] = {{c->va, 3}};
+  a->set_classes(tag);
   ASSERT_EQ(a->spill(b), SpillResult::Started);
   a->drain();
   Stats s = a->stats();

@@ -168,21 +168,23 @@ TEST_F(IpcTest, AHandleCreatedExportableImportsInThisProcess) {
 }
 
 // Exporting a handle shares its memory, whatever its mappings did before:
-// here it was mapped at two addresses, one of them unmapped again before the
-// export and mapped anew after it, and another handle sits beside it. Every
-// address of the handle then reaches the one memory the importer writes,
-// and the other handle keeps its own bytes.
+// here it was mapped at three addresses; one was unmapped before the export
+// and mapped anew after it, another unmapped and mapped again before it,
+// given access only after; and another handle sits beside it. Every address
+// of the handle then reaches the one memory the importer writes, and the
+// other handle keeps its own bytes.
 TEST_F(IpcTest, AnExportedHandleIsOneMemoryAtEveryAddressItWasMappedAt) {
   const CUmemAllocationProp prop = device_prop(device(), true);
   CUmemGenericAllocationHandle h = 0, other = 0, imported = 0;
   ASSERT_CU(cuMemCreate(&h, kBytes, &prop, 0));
   ASSERT_CU(cuMemCreate(&other, kBytes, &prop, 0));
-  const CUdeviceptr va = map(h), va_other = map(other);
-  CUdeviceptr again = map(h);
+  const CUdeviceptr va = map(h), va_other = map(other), after = map(h), before = map(h);
   ASSERT_CU(cuMemsetD8(va, 0x11, kBytes));
   ASSERT_CU(cuMemsetD8(va_other, 0x22, kBytes));
   ASSERT_CU(cuCtxSynchronize());
-  EXPECT_CU(cuMemUnmap(again, kBytes));
+  EXPECT_CU(cuMemUnmap(after, kBytes));
+  EXPECT_CU(cuMemUnmap(before, kBytes));
+  ASSERT_CU(cuMemMap(before, kBytes, 0, h, 0));
   int fd = -1;
   ASSERT_CU(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
   ASSERT_CU(cuMemImportFromShareableHandle(&imported, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
@@ -194,11 +196,14 @@ TEST_F(IpcTest, AnExportedHandleIsOneMemoryAtEveryAddressItWasMappedAt) {
   ASSERT_CU(cuCtxSynchronize());
   EXPECT_TRUE(all_bytes(va, kBytes, 0x33));
   const CUmemAccessDesc acc = device_rw();
-  ASSERT_CU(cuMemMap(again, kBytes, 0, h, 0));
-  ASSERT_CU(cuMemSetAccess(again, kBytes, &acc, 1));
-  EXPECT_TRUE(all_bytes(again, kBytes, 0x33)) << "mapped again after the export: not the shared memory";
+  ASSERT_CU(cuMemSetAccess(before, kBytes, &acc, 1));
+  EXPECT_TRUE(all_bytes(before, kBytes, 0x33)) << "mapped again before the export: not the shared memory";
+  ASSERT_CU(cuMemMap(after, kBytes, 0, h, 0));
+  ASSERT_CU(cuMemSetAccess(after, kBytes, &acc, 1));
+  EXPECT_TRUE(all_bytes(after, kBytes, 0x33)) << "mapped again after the export: not the shared memory";
   EXPECT_TRUE(all_bytes(va_other, kBytes, 0x22));
-  unmap(again);
+  unmap(after);
+  unmap(before);
   unmap(va_imported);
   unmap(va_other);
   unmap(va);

@@ -267,9 +267,8 @@ class Allocator {
   // of the containment).
   void inject_broken_invariant() noexcept;
 
-  // The block's lifetime class (0: unknown; 1..7: the runtime's classes).
-  void set_class(Block* b, std::uint8_t lifetime) noexcept;
-  // A lifetime class for the block that starts at `va`.
+  // A lifetime class (0: unknown; 1..7: the runtime's classes) for the
+  // block that starts at `va`.
   struct ClassTag {
     CUdeviceptr va;
     std::uint8_t lifetime;

@@ -214,7 +214,6 @@ class PolicyThread {
   void sample_densely();
   void adapt_clock(std::uint64_t steps, std::uint64_t mispredictions);
   void back_off_clock();  // no step ended for long (kUnlearnedLaunches)
-  void set_clock_shift(unsigned shift);
   void tag(const policy::Event& e);  // what the policy learned, for the allocator's per-class stats
   std::optional<policy::BlockId> id_for(const policy::Trigger& t) const;  // the address its block starts at
   alloc::Block* block_for(const policy::Trigger& t) const;
@@ -244,15 +243,6 @@ class PolicyThread {
   // sequentially consistent) under mu_ before it waits. One of them sees
   // the other: a post is never left unread in a napping thread's ring.
   std::atomic<bool> napping_{false};
-  // The clock's period is kEvery << clock_shift_ (written by this thread
-  // only where it changes, and never read by it: shift_; read by every
-  // launch): it adapts at each step's
-  // end (adapt_clock, when steps_completed() passes steps_turned_), and
-  // while none ends (back_off_clock). On this line, as is whether the clock
-  // works (clock_ok_, set before the thread starts): beside the clock's
-  // samples, which this thread writes every few launches, every post missed.
-  std::atomic<unsigned> clock_shift_{0};
-  bool clock_ok_ = false;
   alignas(64) std::uint64_t tail_ = 0;  // next slot to read (this thread only)
   std::uint64_t last_taken_ns_ = 0;     // this thread only
   std::uint64_t clock_read_at_ = 0;     // the launch at which the clock was last read (this thread only)
@@ -278,7 +268,11 @@ class PolicyThread {
   std::vector<std::uint64_t> samples_;  // recorded, not yet read (oldest first)
   std::size_t samples_read_ = 0;        // of samples_
   std::uint64_t last_sample_ = UINT64_MAX;
-  unsigned shift_ = 0;  // clock_shift_, as this thread set it (this thread only)
+  // The clock's period is kEvery << clock_shift_ (written by this thread,
+  // read by every launch); it adapts at each step's end (adapt_clock, when
+  // steps_completed() passes steps_turned_), and while none ends
+  // (back_off_clock).
+  std::atomic<unsigned> clock_shift_{0};
   std::vector<alloc::Allocator::ClassTag> tags_;  // tag()'s, reused (this thread only)
   std::uint64_t clock_mispredictions_ = 0;   // the planner's count at the last step's end
   bool clock_alarm_ = false;                 // a demand fetch or late prefetch since
