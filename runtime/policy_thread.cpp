@@ -298,9 +298,10 @@ void PolicyThread::act_on_launch(std::uint64_t seq) {
   // A reading queries the driver for the oldest sample's event (on simdev,
   // under the lock its stream's worker and the launching threads take to
   // enqueue): once per kEvery launches, as often as samples are taken at
-  // their densest. Per launch it was a quarter of this thread's time in
-  // launch_hook_bench, most of it waking the threads it held that lock from.
-  if (seq >= clock_read_at_ + DeviceClock::kEvery || seq < clock_read_at_) {
+  // their densest, and more seldom while the device is behind (read_clock).
+  // Per launch it was a quarter of this thread's time in launch_hook_bench,
+  // most of it waking the threads it held that lock from.
+  if (seq >= clock_read_at_ + clock_read_gap_ || seq < clock_read_at_) {
     clock_read_at_ = seq;
     read_clock();
   }
@@ -380,7 +381,16 @@ void PolicyThread::read_clock() {
     double ns = 0;
     const auto r = last_sample_ == UINT64_MAX ? DeviceClock::Read::Lost
                                                 : clock_.elapsed_ns(last_sample_, seq, &ns);
-    if (r == DeviceClock::Read::NotYet) break;
+    if (r == DeviceClock::Read::NotYet) {
+      // The device is behind the host by this many launches at least
+      // (a long kernel, a queue the host filled ahead): asking again after
+      // kEvery more mostly hears "not yet" again, and each query meets the
+      // launching threads in the driver. The gap doubles while the answer
+      // stays "not yet" (each turn's end still asks), and closes at the
+      // first sample read.
+      clock_read_gap_ = std::min(clock_read_gap_ * 2, kMaxClockReadGap);
+      break;
+    }
     if (r == DeviceClock::Read::Ready) {
       // The launches after the last sample, up to this one, shared this time.
       const double each = ns / static_cast<double>(seq - last_sample_);
@@ -390,6 +400,7 @@ void PolicyThread::read_clock() {
     }
     last_sample_ = seq;
     ++samples_read_;
+    clock_read_gap_ = DeviceClock::kEvery;
   }
   if (samples_read_ > 1024) {  // keep the vector small
     samples_.erase(samples_.begin(), samples_.begin() + static_cast<std::ptrdiff_t>(samples_read_));

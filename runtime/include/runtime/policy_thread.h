@@ -246,6 +246,10 @@ class PolicyThread {
   alignas(64) std::uint64_t tail_ = 0;  // next slot to read (this thread only)
   std::uint64_t last_taken_ns_ = 0;     // this thread only
   std::uint64_t clock_read_at_ = 0;     // the launch at which the clock was last read (this thread only)
+  // Launches between two reads of the clock from act_on_launch: kEvery, and
+  // doubling up to kMaxClockReadGap while the oldest sample is not done.
+  std::uint64_t clock_read_gap_ = DeviceClock::kEvery;
+  static constexpr std::uint64_t kMaxClockReadGap = 64;
   std::atomic<std::uint64_t> naps_{0}, taken_{0}, turns_{0};
   std::atomic<bool> stopping_{false};
   RankedMutex mu_{kRankPolicyWake, "runtime.policy_wake"};
