@@ -389,6 +389,7 @@ void PolicyThread::read_clock() {
       // stays "not yet" (each turn's end still asks), and closes at the
       // first sample read.
       clock_read_gap_ = std::min(clock_read_gap_ * 2, kMaxClockReadGap);
+      clock_not_yet_.fetch_add(1, std::memory_order_relaxed);
       break;
     }
     if (r == DeviceClock::Read::Ready) {
@@ -400,6 +401,7 @@ void PolicyThread::read_clock() {
     }
     last_sample_ = seq;
     ++samples_read_;
+    clock_samples_read_.fetch_add(1, std::memory_order_relaxed);
     clock_read_gap_ = DeviceClock::kEvery;
   }
   if (samples_read_ > 1024) {  // keep the vector small

@@ -2,9 +2,11 @@
 // bits, as tierrt_mark_step does (Allocator::step_ended); marked steps are
 // turned by the marker alone, never twice. The device clock's sampling
 // period adapts at each step's end, and backs off while none is found
-// (device_clock.h).
+// (device_clock.h); the thread asks about a sample seldom while the device
+// is behind.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -126,6 +128,39 @@ TEST_F(PolicyThreadSteps, TheDeviceClockBacksOffWhileNoStepIsFound) {
   ASSERT_TRUE(post_unstepped(*t, &seq, 512));
   EXPECT_EQ(DeviceClock::kEvery << 2, t->clock_period());
   EXPECT_EQ(0u, t->steps_learned()) << "a step was found where none was posted: this test times nothing";
+}
+
+// While the device is behind (a stream held by a host function, every
+// sample of 1024 launches queued behind it), the thread asks about the
+// oldest sample more and more seldom (8, 16, 32, then every 64 launches it
+// takes, and once at each turn's end), where it asked every 8 launches (128
+// times here); once the stream runs, every sample is read.
+TEST_F(PolicyThreadSteps, TheDeviceClockIsAskedSeldomWhileTheDeviceIsBehind) {
+  constexpr std::uint64_t kLaunches = 1024;
+  CUstream s = nullptr;
+  ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING));
+  auto launch_host_fn = reinterpret_cast<decltype(&cuLaunchHostFunc)>(drv::resolve("cuLaunchHostFunc"));
+  ASSERT_NE(nullptr, launch_host_fn);
+  std::atomic<bool> open{false};
+  CUhostFn wait_for_gate = [](void* gate) {
+    while (!static_cast<std::atomic<bool>*>(gate)->load()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  ASSERT_EQ(CUDA_SUCCESS, launch_host_fn(s, wait_for_gate, &open));
+  const std::uint64_t taken = t->messages_taken(), read = t->clock_samples_read(), not_yet = t->clock_not_yet();
+  ASSERT_EQ(DeviceClock::kEvery, t->clock_period());
+  for (std::uint64_t i = 0; i < kLaunches; ++i) t->post_launch(seq++, 1, s, /*may_time=*/true, {});
+  ASSERT_TRUE(eventually([&] { return t->messages_taken() - taken >= kLaunches; }));
+  const std::uint64_t asked = t->clock_not_yet() - not_yet;
+  EXPECT_GT(asked, 0u) << "the thread never found a sample not done: this test measures nothing";
+  EXPECT_LT(asked, kLaunches / DeviceClock::kEvery / 2)
+      << "the thread asked about a sample not done " << asked << " times in " << kLaunches << " launches";
+  // The first sample only opens the series (there is no earlier one to time from).
+  EXPECT_LE(t->clock_samples_read() - read, 1u) << "a sample behind the held stream was read";
+  open.store(true);
+  ASSERT_EQ(CUDA_SUCCESS, TIERRT_CU(cuStreamSynchronize, s));
+  EXPECT_TRUE(eventually([&] { return t->clock_samples_read() - read == kLaunches / DeviceClock::kEvery; }))
+      << t->clock_samples_read() - read << " of " << kLaunches / DeviceClock::kEvery << " samples read";
+  EXPECT_EQ(CUDA_SUCCESS, TIERRT_CU(cuStreamDestroy, s));
 }
 
 // A recorded run keeps every 8th launch's device time: tierrt-replay models

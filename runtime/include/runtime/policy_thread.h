@@ -97,6 +97,11 @@ class PolicyThread {
   std::uint64_t clock_period() const noexcept {
     return DeviceClock::kEvery << clock_shift_.load(std::memory_order_relaxed);
   }
+  // Of its reads of the device clock, those answered "not yet" (the oldest
+  // sample's launch had not run), and the samples read so far (timed, or
+  // lost): for tests of how often it asks while the device is behind.
+  std::uint64_t clock_not_yet() const noexcept { return clock_not_yet_.load(std::memory_order_relaxed); }
+  std::uint64_t clock_samples_read() const noexcept { return clock_samples_read_.load(std::memory_order_relaxed); }
   // Launches after which, with no step's end and no miss among them, the
   // clock samples half as often (and again after twice as many, and so on,
   // to its sparsest): a job in which no step is found (no markers, and no
@@ -251,6 +256,7 @@ class PolicyThread {
   std::uint64_t clock_read_gap_ = DeviceClock::kEvery;
   static constexpr std::uint64_t kMaxClockReadGap = 64;
   std::atomic<std::uint64_t> naps_{0}, taken_{0}, turns_{0};
+  std::atomic<std::uint64_t> clock_not_yet_{0}, clock_samples_read_{0};  // written by this thread only
   std::atomic<bool> stopping_{false};
   RankedMutex mu_{kRankPolicyWake, "runtime.policy_wake"};
   std::condition_variable_any cv_;
