@@ -16,7 +16,6 @@ enum RuntimeLockRank : unsigned {
   kRankIpc = 125,          // runtime.ipc: exported and opened allocations; the allocation records inside it
   kRankAllocations = 130,
   kRankNccl = 140,
-  kRankPolicyWake = 150,
   kRankLearnedStep = 160,
   kRankMoveFeedback = 170,
   kRankNodeLedger = 200,   // the node's process-shared ledger (a robust pthread mutex)

@@ -24,7 +24,6 @@
 #include <cuda.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -39,6 +38,7 @@
 #include "allocator/allocator.h"
 #include "runtime/armed_prefetches.h"
 #include "runtime/device_clock.h"
+#include "runtime/wake_word.h"
 #include "policies/event.hpp"
 #include "policies/lifetime_class.hpp"
 #include "policies/trigger_table.hpp"
@@ -131,6 +131,8 @@ class PolicyThread {
   // Its turns (a drain of the ring, then a sleep): how often it polled.
   std::uint64_t turns() const noexcept { return turns_.load(std::memory_order_relaxed); }
   bool napping() const noexcept { return napping_.load(std::memory_order_seq_cst); }
+  // System calls made to wake it (posts to it napping, stop(), wake()).
+  std::uint64_t wake_calls() const noexcept { return wake_.wake_calls(); }
 
   // The thread throws at its next turn, as a failing planner would: how
   // tests reach the containment (tiering stops, the job goes on).
@@ -205,6 +207,7 @@ class PolicyThread {
   bool claimed() const noexcept;  // a producer has claimed a slot not yet taken
   bool may_nap(std::uint64_t now_ns) const noexcept;
   void run();
+  static void yield_to_launchers() noexcept;
   bool take(Message* m, std::uint64_t* ns) noexcept;
   void handle(const Message& m, std::uint64_t ns);
   void handle_launch(const LaunchUses& l, std::uint64_t ns);
@@ -244,9 +247,11 @@ class PolicyThread {
   std::atomic<bool> sleeping_{false};
   // Napping: asleep until woken, with no timeout. The protocol (Dekker's):
   // a producer claims its slot (head_, a sequentially consistent RMW), then
-  // reads napping_; the thread sets napping_, then reads head_ (both
-  // sequentially consistent) under mu_ before it waits. One of them sees
-  // the other: a post is never left unread in a napping thread's ring.
+  // reads napping_ and, if set, wakes wake_; the thread sets napping_, then
+  // reads wake_'s epoch, then head_ (all sequentially consistent), and
+  // sleeps on that epoch. Either the thread sees the post, or the producer
+  // sees napping_ and its wake comes after the epoch the thread sleeps on:
+  // a post is never left unread in a napping thread's ring.
   std::atomic<bool> napping_{false};
   alignas(64) std::uint64_t tail_ = 0;  // next slot to read (this thread only)
   std::uint64_t last_taken_ns_ = 0;     // this thread only
@@ -258,8 +263,8 @@ class PolicyThread {
   std::atomic<std::uint64_t> naps_{0}, taken_{0}, turns_{0};
   std::atomic<std::uint64_t> clock_not_yet_{0}, clock_samples_read_{0};  // written by this thread only
   std::atomic<bool> stopping_{false};
-  RankedMutex mu_{kRankPolicyWake, "runtime.policy_wake"};
-  std::condition_variable_any cv_;
+  // Both sleeps (the nap and the poll) end on it: posts, stop(), wake().
+  WakeWord wake_;
   std::atomic<std::uint64_t> dropped_{0}, prefetches_{0}, spills_{0};
   std::atomic<std::uint64_t> demand_reports_{0}, prefetches_by_launchers_{0};
   ArmedPrefetches armed_;
