@@ -77,7 +77,7 @@ uint64_t Stream::enqueue(Work w) {
   std::lock_guard lock(mu_);
   queue_.push_back(std::move(w));
   uint64_t seq = ++submitted_;
-  cv_.notify_all();
+  work_cv_.notify_one();  // the worker: no thread waiting for completion has anything to see yet
   return seq;
 }
 
@@ -93,13 +93,13 @@ bool Stream::reached(uint64_t seq) {
 
 void Stream::wait(uint64_t seq) {
   std::unique_lock lock(mu_);
-  cv_.wait(lock, [&] { return completed_ >= seq; });
+  done_cv_.wait(lock, [&] { return completed_ >= seq; });
 }
 
 void Stream::drain_and_stop() {
   std::lock_guard lock(mu_);
   stopping_ = true;
-  cv_.notify_all();
+  work_cv_.notify_all();
 }
 
 bool Stream::stopping() {
@@ -116,7 +116,7 @@ void Stream::worker_loop() {
     Work w;
     {
       std::unique_lock lock(mu_);
-      cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
+      work_cv_.wait(lock, [&] { return !queue_.empty() || stopping_; });
       if (queue_.empty()) break;
       w = std::move(queue_.front());
       queue_.pop_front();
@@ -130,7 +130,7 @@ void Stream::worker_loop() {
     w = Work{};  // release what the work held before announcing completion
     std::lock_guard lock(mu_);
     ++completed_;
-    cv_.notify_all();
+    done_cv_.notify_all();
   }
   std::lock_guard lock(registry().mu);
   registry().live.erase(this);

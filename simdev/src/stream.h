@@ -86,7 +86,14 @@ class Stream : public std::enable_shared_from_this<Stream> {
   unsigned long long id_;
 
   std::mutex mu_;
-  std::condition_variable cv_;
+  // Two conditions apart: the worker waits for work, other threads for
+  // completion. With one variable for both, every enqueue woke each thread
+  // waiting for the stream's completion (another stream's worker held by a
+  // dependency on it, a synchronize) through a system call, only for it to
+  // sleep again: a launch cost the launching thread that wake-up, which a
+  // GPU's launch does not.
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
   std::deque<Work> queue_;
   uint64_t submitted_ = 0, completed_ = 0;
   bool stopping_ = false;
