@@ -170,6 +170,7 @@ void BM_HookWorkOnly(benchmark::State& st) { run_launches(st, true, false); }
 bool as_weights(const struct Setup& s, void** params);
 double clock_period(const struct Setup& s);
 std::uint64_t policy_turns(const struct Setup& s);
+std::uint64_t policy_wake_calls(const struct Setup& s);
 // The hook's own work on blocks the policy found persistent (lazy use
 // events): what the launch path costs a training job's weights.
 void BM_HookWorkOnlyOnWeights(benchmark::State& st) {
@@ -195,6 +196,13 @@ void BM_HookWorkOnlyOnWeights(benchmark::State& st) {
 std::uint64_t policy_turns(const Setup& s) {
   const tierrt::PolicyThread* p = s.engine->planner_for_tests();
   return p != nullptr ? p->turns() : 0;
+}
+
+// Futex calls made to wake the policy thread so far (a post to it napping,
+// one per idle spell); 0 without a planner.
+std::uint64_t policy_wake_calls(const Setup& s) {
+  const tierrt::PolicyThread* p = s.engine->planner_for_tests();
+  return p != nullptr ? p->wake_calls() : 0;
 }
 
 // The device clock's sampling period (launches per timing event): it grows
@@ -245,6 +253,8 @@ bool as_weights(const Setup& s, void** params) {
 //    thread was made to give up its core (on a small machine tierrt's policy
 //    thread and simdev's stream worker share it);
 //  - "policy_cpu_ns": the policy thread's CPU time per hooked launch;
+//  - "policy_wakes": futex calls per round that woke the policy thread (a
+//    post to it napping: once per idle spell, and each round follows one);
 //  - "events_per_launch": use events recorded per hooked launch.
 // weights:0 names blocks not yet classified, as an activation would be:
 // with moving:0, in a process where no spill was asked for yet (a job that
@@ -316,13 +326,13 @@ void time_halves(benchmark::State& st, const Setup& s, void** params, bool hook)
     st.ResumeTiming();
   };
   long preempted[2] = {};
-  std::uint64_t policy_ns = 0, policy_turns_hooked = 0, rounds = 0;
+  std::uint64_t policy_ns = 0, policy_turns_hooked = 0, policy_wakes_hooked = 0, rounds = 0;
   auto round = [&](bool through_hook) {
     busy();
     const long p0 = preemptions();
     // Read around both halves, not the hooked one only: reading /proc costs
     // the launches that follow (29 ns each here when only one half did).
-    const std::uint64_t c0 = threads_cpu_ns("tierrt-policy"), t0 = policy_turns(s);
+    const std::uint64_t c0 = threads_cpu_ns("tierrt-policy"), t0 = policy_turns(s), w0 = policy_wake_calls(s);
     auto before = Clock::now();
     for (int i = 0; i < kRound; ++i) {
       if (through_hook && hook ? s.engine->launch(s.f, nullptr, params, nullptr, call) : call()) std::abort();
@@ -333,7 +343,8 @@ void time_halves(benchmark::State& st, const Setup& s, void** params, bool hook)
     // The policy thread's share: what it spent while these launches went out
     // (it takes them from its ring every 50 us or 1 ms: policy_thread.h).
     const std::uint64_t c1 = threads_cpu_ns("tierrt-policy");
-    if (through_hook) policy_ns += c1 - c0, policy_turns_hooked += policy_turns(s) - t0;
+    if (through_hook)
+      policy_ns += c1 - c0, policy_turns_hooked += policy_turns(s) - t0, policy_wakes_hooked += policy_wake_calls(s) - w0;
     preempted[through_hook] += preemptions() - p0;
   };
   for (auto _ : st) {
@@ -364,6 +375,7 @@ void time_halves(benchmark::State& st, const Setup& s, void** params, bool hook)
   st.counters["clock_period"] = clock_period(s);
   st.counters["policy_cpu_ns"] = static_cast<double>(policy_ns) / launches;
   st.counters["policy_turns"] = static_cast<double>(policy_turns_hooked) / static_cast<double>(rounds);
+  st.counters["policy_wakes"] = static_cast<double>(policy_wakes_hooked) / static_cast<double>(rounds);
   st.counters["preempted_direct"] = static_cast<double>(preempted[0]) / static_cast<double>(rounds);
   st.counters["preempted_hooked"] = static_cast<double>(preempted[1]) / static_cast<double>(rounds);
   st.counters["events_per_launch"] = static_cast<double>(events) / launches;
