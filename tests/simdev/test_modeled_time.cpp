@@ -3,9 +3,12 @@
 // kernels' modeled duration. Every timing check is a lower bound on modeled
 // time (or, for overlap, a bound well above the overlapped and well below the
 // serialised model), never a claim about how fast the host is.
+#include <atomic>
 #include <chrono>
+#include <fstream>
 #include <initializer_list>
 #include <string>
+#include <thread>
 
 #include "simdev_test.h"
 
@@ -295,6 +298,63 @@ TEST_F(SimdevModeledKernel, LaunchReturnsBeforeTheModeledDuration) {
   ASSERT_CU(cuStreamSynchronize(s));
   EXPECT_GE(wall_ms_since(t0), 0.95 * kModeledNs / 1e6);
   EXPECT_LT(enqueue_ms, kModeledNs / 1e6);  // asynchronous
+}
+
+namespace {
+
+// The calling thread's voluntary context switches so far (each time it slept).
+long voluntary_switches() {
+  std::ifstream status("/proc/thread-self/status");
+  std::string line;
+  while (std::getline(status, line))
+    if (line.rfind("voluntary_ctxt_switches:", 0) == 0) return std::stol(line.substr(line.find(':') + 1));
+  return -1;
+}
+
+}  // namespace
+
+// A thread waiting for a stream's earlier work sleeps until that work
+// completes: the launches queued behind it meanwhile do not wake it (a GPU's
+// launch wakes no host thread). With one condition variable for "work
+// queued" and "work done", each launch woke every such waiter, which slept
+// again: a system call per launch on the launching thread.
+TEST_F(SimdevModeledKernel, ALaunchDoesNotWakeAThreadWaitingForEarlierWork) {
+  Stream s;
+  ASSERT_CU(s.status());
+  CUcontext ctx = nullptr;
+  ASSERT_CU(cuCtxGetCurrent(&ctx));
+  const simdev_kernel_desc noop_desc = {"simdev_test_noop", modeled_kernel, 0, nullptr, nullptr, 0};
+  ASSERT_EQ(0, simdev_try_register_kernel(&noop_desc));
+  CUmodule noop_module = nullptr;
+  CUfunction noop = nullptr;
+  ASSERT_CU(load_any_module(&noop_module));
+  ASSERT_CU(cuModuleGetFunction(&noop, noop_module, "simdev_test_noop"));
+  ASSERT_CU(launch(s));  // 50 ms
+  std::atomic<bool> waiting{false};
+  long slept = -1;
+  CUresult synced = CUDA_ERROR_UNKNOWN;
+  std::thread waiter([&] {
+    cuCtxSetCurrent(ctx);
+    Event first;
+    if (first.status() != CUDA_SUCCESS || cuEventRecord(first, s) != CUDA_SUCCESS) return;
+    const long before = voluntary_switches();
+    waiting.store(true);
+    synced = cuEventSynchronize(first);  // the 50 ms kernel only
+    slept = voluntary_switches() - before;
+  });
+  while (!waiting.load()) std::this_thread::yield();
+  // Launches behind it while it waits, spaced so that a waiter woken by one
+  // would be asleep again before the next.
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_CU(cuLaunchKernel(noop, 1, 1, 1, 1, 1, 1, 0, s, nullptr, nullptr));
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  waiter.join();
+  ASSERT_CU(synced);
+  EXPECT_GE(slept, 0);
+  EXPECT_LT(slept, 20) << "the waiter was woken by the launches behind what it waits for";
+  ASSERT_CU(cuStreamSynchronize(s));
+  cuModuleUnload(noop_module);
 }
 
 TEST_F(SimdevModeledKernel, KernelsInDifferentStreamsOverlap) {
