@@ -133,17 +133,20 @@ bool PolicyThread::take(Message* m, std::uint64_t* ns) noexcept {
   return true;
 }
 
+namespace {
+
 // A batch thread: woken by a post, it waits for a CPU rather than preempting
 // the thread that posted (under the default policy the scheduler favours a
-// thread just woken, and on a machine with fewer idle CPUs than busy
-// threads the launching thread lost its CPU for the whole turn: ~20 us per
-// idle spell in launch_hook_bench). Allowed without privileges; where it is
-// refused the thread runs as it was.
-void PolicyThread::yield_to_launchers() noexcept {
+// thread just woken: in launch_hook_bench's scheduler traces the launching
+// thread lost its CPU to it, inside the wake, for the policy thread's turn).
+// Allowed without privileges; where it is refused the thread runs as it was.
+void yield_to_launchers() noexcept {
   sched_param param{};
   param.sched_priority = 0;
   (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
 }
+
+}  // namespace
 
 void PolicyThread::run() {
   pthread_setname_np(pthread_self(), "tierrt-policy");  // for top -H, gdb, profilers

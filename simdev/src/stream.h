@@ -90,8 +90,8 @@ class Stream : public std::enable_shared_from_this<Stream> {
   // completion. With one variable for both, every enqueue woke each thread
   // waiting for the stream's completion (another stream's worker held by a
   // dependency on it, a synchronize) through a system call, only for it to
-  // sleep again: a launch cost the launching thread that wake-up, which a
-  // GPU's launch does not.
+  // sleep again: a launch cost the launching thread that system call, a
+  // cost of simdev's own that no figure measured on it should carry.
   std::condition_variable work_cv_;
   std::condition_variable done_cv_;
   std::deque<Work> queue_;

@@ -207,7 +207,6 @@ class PolicyThread {
   bool claimed() const noexcept;  // a producer has claimed a slot not yet taken
   bool may_nap(std::uint64_t now_ns) const noexcept;
   void run();
-  static void yield_to_launchers() noexcept;
   bool take(Message* m, std::uint64_t* ns) noexcept;
   void handle(const Message& m, std::uint64_t ns);
   void handle_launch(const LaunchUses& l, std::uint64_t ns);

@@ -5,10 +5,9 @@
 // it (a post to a napping thread, a step marker). Through a mutex and a
 // condition variable the waker had to take the sleeper's mutex, and a
 // launching thread that found it held (by the policy thread just woken, or
-// about to sleep) slept in the kernel itself: a launch of ~20 us once per
-// idle spell in launch_hook_bench, the planner's whole 99.9th percentile.
-// Here a wake is one atomic increment, and one futex call only while a
-// thread sleeps on the word.
+// about to sleep) slept in the kernel itself (seen in launch_hook_bench's
+// scheduler traces). Here a wake is one atomic increment, and one futex
+// call only while a thread sleeps on the word.
 //
 // No wake is lost: the sleeper reads epoch() before it looks at what it
 // waits for; a waker makes that visible first, then calls wake(). Where the
