@@ -1,7 +1,6 @@
 #include "runtime/policy_thread.h"
 
 #include <pthread.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -133,24 +132,8 @@ bool PolicyThread::take(Message* m, std::uint64_t* ns) noexcept {
   return true;
 }
 
-namespace {
-
-// A batch thread: woken by a post, it waits for a CPU rather than preempting
-// the thread that posted (under the default policy the scheduler favours a
-// thread just woken: in launch_hook_bench's scheduler traces the launching
-// thread lost its CPU to it, inside the wake, for the policy thread's turn).
-// Allowed without privileges; where it is refused the thread runs as it was.
-void yield_to_launchers() noexcept {
-  sched_param param{};
-  param.sched_priority = 0;
-  (void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &param);
-}
-
-}  // namespace
-
 void PolicyThread::run() {
   pthread_setname_np(pthread_self(), "tierrt-policy");  // for top -H, gdb, profilers
-  yield_to_launchers();
   // Without the engine's context the device clock's reads come back lost and
   // the plan runs on modeled times: degraded, never wrong, so carry on.
   (void)TIERRT_CU(cuCtxSetCurrent, ctx_);

@@ -4,16 +4,11 @@
 // runtime/policy_thread.h). A lost wake-up shows as messages never taken.
 #include <gtest/gtest.h>
 
-#include <sched.h>
-
 #include <atomic>
 #include <barrier>
 #include <chrono>
-#include <filesystem>
-#include <fstream>
 #include <memory>
 #include <random>
-#include <string>
 #include <thread>
 #include <vector>
 
@@ -64,27 +59,6 @@ TEST(PolicyThreadNap, ABurstOfPostsWakesANappingThreadOnce) {
     // a loaded machine, and the thread then naps again within it.
     EXPECT_LE(t->wake_calls() - calls, t->naps() - naps + 1) << "round " << round;
   }
-}
-
-// Woken by a post, the thread must not take the posting thread's CPU: under
-// the default policy the scheduler ran the thread just woken on the
-// launching thread's CPU, ahead of it, for its whole turn.
-TEST(PolicyThreadNap, TheThreadRunsAsABatchThread) {
-  std::unique_ptr<Engine> e = planner_engine();
-  ASSERT_NE(nullptr, e);
-  ASSERT_NE(nullptr, e->planner_for_tests());
-  pid_t tid = 0;
-  auto find = [&] {
-    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
-      std::ifstream comm(task.path() / "comm");
-      std::string name;
-      if (std::getline(comm, name) && name == "tierrt-policy")
-        tid = static_cast<pid_t>(std::stol(task.path().filename().string()));
-    }
-    return tid != 0;
-  };
-  ASSERT_TRUE(eventually(find)) << "no thread named tierrt-policy";  // it names itself as it starts
-  EXPECT_EQ(SCHED_BATCH, sched_getscheduler(tid));
 }
 
 // Launches keep coming but the planner has no plan yet (it learns): the
