@@ -7,7 +7,10 @@ namespace tierrt {
 void BlockList::add_more(alloc::Block* b) noexcept {
   try {
     if (more_.empty()) more_.assign(items_, items_ + n_);
-    if (std::find(more_.begin(), more_.end(), b) == more_.end()) more_.push_back(b);
+    if (std::find(more_.begin(), more_.end(), b) == more_.end()) {
+      more_.push_back(b);
+      note(b);
+    }
   } catch (...) {
     incomplete_ = true;
   }
@@ -22,6 +25,8 @@ void BlockList::add_more_slot(CUdeviceptr at) noexcept {
   }
 }
 
+// The notes stay: a list's notes may name more than it holds (each
+// question they answer is then answered the cautious way).
 bool BlockList::drop_freed() noexcept {
   auto freed = [](alloc::Block* b) { return b->st() == alloc::State::Freed; };
   if (!more_.empty()) {
@@ -37,6 +42,8 @@ bool BlockList::drop_freed() noexcept {
 void BlockList::assign_distinct(std::span<alloc::Block* const> all) noexcept {
   more_.clear();
   n_ = 0;
+  forget_notes();
+  for (const alloc::Block* b : all) note(b);
   if (all.size() <= static_cast<std::size_t>(kInline)) {
     std::copy(all.begin(), all.end(), items_);
     n_ = static_cast<int>(all.size());

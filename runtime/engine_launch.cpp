@@ -62,6 +62,10 @@ bool Engine::collect_launch(CUfunction f, void** params, void** extra, BlockList
   auto scan_word = [&](const unsigned char* p) {
     CUdeviceptr word;
     std::memcpy(&word, p, sizeof word);
+    if (!word) return;
+    // The common word, inline: a live block of its own (collect_word's
+    // first case, without its call per word).
+    if (alloc::Block* b = alloc_->lookup(word); b && !b->group && b->st() != alloc::State::Freed) return out.add(b);
     known &= collect_word(word, out);
   };
   if (params) {
@@ -232,14 +236,9 @@ bool Engine::may_record_lazily(const BlockList& blocks, CUstream key, bool sever
     return false;
   constexpr std::uint8_t kPersistent = 1 + static_cast<std::uint8_t>(policy::LifetimeClass::Persistent);
   constexpr std::uint8_t kWorkspace = 1 + static_cast<std::uint8_t>(policy::LifetimeClass::Workspace);
-  const bool nothing_moves = !alloc_->spill_asked();
-  for (const alloc::Block* b : blocks.span()) {
-    if (b->group != nullptr) return false;
-    if (b->slab || !b->spillable || nothing_moves) continue;
-    const std::uint8_t c = b->lifetime.load(std::memory_order_relaxed);
-    if (c != kPersistent && c != kWorkspace) return false;
-  }
-  return true;
+  constexpr std::uint32_t kNeverTimed = (1u << kPersistent) | (1u << kWorkspace);
+  if (blocks.any_group()) return false;
+  return !alloc_->spill_asked() || (blocks.spillable_classes() & ~kNeverTimed) == 0;
 }
 
 void Engine::note_launch(const BlockList& blocks, CUstream key, bool capturing) noexcept {
@@ -262,7 +261,7 @@ void Engine::note_launch(const BlockList& blocks, CUstream key, bool capturing) 
   // The planner and the recording know blocks only, not slabs' use records
   // (the list without them is made only where there are some).
   const std::span<alloc::Block* const> named = blocks.span();
-  if (std::none_of(named.begin(), named.end(), [](const alloc::Block* b) { return b->slab; })) {
+  if (!blocks.any_slab()) {
     tell(named);
   } else {
     BlockList without_slabs;

@@ -191,6 +191,65 @@ void BM_HookWorkOnlyOnWeights(benchmark::State& st) {
 }
 
 
+// The hook's own work (no driver launch) in bursts of 256 launches, 200 us
+// apart: as a job launches, with the policy thread keeping up between
+// bursts (a tight loop outruns it, its ring fills and posts are dropped,
+// which is not what a job's launches meet). Each burst is timed as a whole,
+// so no clock read is in the figure: "ns_per_launch" is the median burst's
+// time per launch.
+void BM_HookWorkInBursts(benchmark::State& st) {
+  const Setup& s = setup();
+  CUdeviceptr ptrs[8];
+  void* params[8];
+  if (!fits(st, static_cast<size_t>(st.range(0)))) return;
+  launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
+  if (st.range(1) != 0 && !as_weights(s, params)) {
+    st.SkipWithError("the policy did not find the blocks persistent (the reactive policy classifies nothing)");
+    return;
+  }
+  auto none = [] { return CUDA_SUCCESS; };
+  constexpr int kBurst = 256;
+  std::vector<double> bursts;
+  bursts.reserve(static_cast<std::size_t>(st.max_iterations));
+  using Clock = std::chrono::steady_clock;
+  const std::uint64_t events_before = s.engine->allocator_stats().use_events;
+  // Each launch of every 8th burst also timed by itself (one clock read per
+  // launch, as much in the empty loop it is set against): the typical
+  // launch, without the rare expensive ones a burst's time includes.
+  std::vector<double> each, empty;
+  for (auto _ : st) {
+    st.PauseTiming();
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    st.ResumeTiming();
+    const bool timed = bursts.size() % 8 == 7;
+    auto t0 = Clock::now();
+    const auto start = t0;
+    for (int i = 0; i < kBurst; ++i) {
+      if (s.engine->launch(s.f, nullptr, params, nullptr, none)) std::abort();
+      if (timed) {
+        const auto t1 = Clock::now();
+        each.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+        t0 = t1;
+      }
+    }
+    bursts.push_back(std::chrono::duration<double, std::nano>(Clock::now() - start).count() / kBurst);
+    if (timed) {
+      t0 = Clock::now();
+      for (int i = 0; i < kBurst; ++i) {
+        benchmark::DoNotOptimize(params);
+        const auto t1 = Clock::now();
+        empty.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
+        t0 = t1;
+      }
+    }
+  }
+  if (bursts.empty()) return;
+  st.counters["ns_per_launch"] = median(bursts);
+  if (!each.empty()) st.counters["median_ns"] = median(each) - median(empty);
+  st.counters["events_per_launch"] = static_cast<double>(s.engine->allocator_stats().use_events - events_before) /
+                                     static_cast<double>(bursts.size() * kBurst);
+}
+
 // The policy thread's turns so far (a drain of its ring, then a sleep); 0
 // without a planner.
 std::uint64_t policy_turns(const Setup& s) {
@@ -482,6 +541,7 @@ BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights", "moving"})
     ->Args({100000, 0, 1})->Iterations(200);
 // After the blocks were found persistent (the benchmarks share them).
 BENCHMARK(BM_HookWorkOnlyOnWeights)->Arg(100)->Arg(1000)->Arg(10000);
+BENCHMARK(BM_HookWorkInBursts)->ArgNames({"live", "weights"})->Args({1000, 0})->Args({1000, 1})->Iterations(2000);
 BENCHMARK(BM_DemandFetchLaunch)->Arg(4 << 20)->Arg(64 << 20)->Iterations(20);
 BENCHMARK(BM_AllocFreeDriver)->Arg(4 << 20)->Arg(64 << 20);
 BENCHMARK(BM_AllocFreeTierrt)->Arg(4 << 20)->Arg(64 << 20);

@@ -23,6 +23,7 @@ class BlockList {
     for (int i = 0; i < n_; ++i)
       if (items_[i] == b) return;
     items_[n_++] = b;
+    note(b);
   }
   // A small-allocation slot named at `at`: its slab's use record (added as a
   // block) takes the use, but what the slot holds (a pointer table) is found
@@ -52,6 +53,16 @@ class BlockList {
   // (Allocator::ensure_resident_briefly): what release() needs to know.
   void set_announced(bool announced) noexcept { announced_ = announced; }
   bool announced() const noexcept { return announced_; }
+  // What the blocks are, noted as each was added (the launch path asks
+  // once per list rather than walking the blocks again): a small
+  // allocation's use record among them; a granule group's member or record
+  // among them; and the lifetime classes (bit 1 << Block::lifetime) of the
+  // spillable blocks of their own. A block's class may change after it was
+  // added: a question asked later may read either class, as it would
+  // reading the block.
+  bool any_slab() const noexcept { return any_slab_; }
+  bool any_group() const noexcept { return any_group_; }
+  std::uint32_t spillable_classes() const noexcept { return classes_; }
   std::span<alloc::Block* const> span() const noexcept {
     if (!more_.empty()) return {more_.data(), more_.size()};
     return {items_, static_cast<std::size_t>(n_)};
@@ -59,6 +70,15 @@ class BlockList {
 
  private:
   static constexpr int kInlineSlots = 16;
+  void note(const alloc::Block* b) noexcept {
+    any_slab_ |= b->slab;
+    any_group_ |= b->group != nullptr;
+    if (!b->slab && b->spillable) classes_ |= std::uint32_t{1} << (b->lifetime.load(std::memory_order_relaxed) & 31);
+  }
+  void forget_notes() noexcept {
+    any_slab_ = any_group_ = false;
+    classes_ = 0;
+  }
   void add_more(alloc::Block* b) noexcept;
   void add_more_slot(CUdeviceptr at) noexcept;
   alloc::Block* items_[kInline];
@@ -69,6 +89,9 @@ class BlockList {
   std::vector<CUdeviceptr> more_slots_;
   bool incomplete_ = false;
   bool announced_ = false;
+  bool any_slab_ = false;
+  bool any_group_ = false;
+  std::uint32_t classes_ = 0;
 };
 
 }  // namespace tierrt
