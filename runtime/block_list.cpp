@@ -39,6 +39,12 @@ bool BlockList::drop_freed() noexcept {
   return n_ != before;
 }
 
+bool BlockList::notes_cover_blocks() const noexcept {
+  for (const alloc::Block* b : span())
+    if ((b->slab && !any_slab_) || (b->group != nullptr && !any_group_)) return false;
+  return true;
+}
+
 void BlockList::assign_distinct(std::span<alloc::Block* const> all) noexcept {
   more_.clear();
   n_ = 0;

@@ -2,6 +2,7 @@
 // resident around the forwarded call, then counted and told to the planner
 // and the recording; and the pointer tables copies fill.
 #include <algorithm>
+#include <cassert>
 #include <cstring>
 #include <vector>
 
@@ -237,6 +238,7 @@ bool Engine::may_record_lazily(const BlockList& blocks, CUstream key, bool sever
   constexpr std::uint8_t kPersistent = 1 + static_cast<std::uint8_t>(policy::LifetimeClass::Persistent);
   constexpr std::uint8_t kWorkspace = 1 + static_cast<std::uint8_t>(policy::LifetimeClass::Workspace);
   constexpr std::uint32_t kNeverTimed = (1u << kPersistent) | (1u << kWorkspace);
+  assert(blocks.notes_cover_blocks());
   if (blocks.any_group()) return false;
   return !alloc_->spill_asked() || (blocks.spillable_classes() & ~kNeverTimed) == 0;
 }

@@ -63,6 +63,9 @@ class BlockList {
   bool any_slab() const noexcept { return any_slab_; }
   bool any_group() const noexcept { return any_group_; }
   std::uint32_t spillable_classes() const noexcept { return classes_; }
+  // Whether the notes say at least what each block in the list is (debug
+  // checks: a block's class may have changed since it was added).
+  bool notes_cover_blocks() const noexcept;
   std::span<alloc::Block* const> span() const noexcept {
     if (!more_.empty()) return {more_.data(), more_.size()};
     return {items_, static_cast<std::size_t>(n_)};

@@ -1,0 +1,112 @@
+// What a launch's block list notes as blocks are added (runtime/block_list.h):
+// the launch path asks the notes instead of walking the blocks again, so a
+// note may say more than the list holds (the cautious answer) but never less.
+#include "runtime/block_list.h"
+
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <vector>
+
+namespace tierrt {
+namespace {
+
+std::uint32_t class_bit(std::uint8_t lifetime) { return std::uint32_t{1} << lifetime; }
+
+struct Blocks {
+  std::vector<std::unique_ptr<alloc::Block>> owned;
+  alloc::Block* make(std::uint8_t lifetime, bool spillable = true) {
+    owned.push_back(std::make_unique<alloc::Block>());
+    alloc::Block* b = owned.back().get();
+    b->state.store(alloc::State::Resident);
+    b->lifetime.store(lifetime);
+    b->spillable = spillable;
+    return b;
+  }
+};
+
+TEST(BlockList, NotesTheClassesOfSpillableBlocksOfTheirOwn) {
+  Blocks k;
+  BlockList l;
+  EXPECT_FALSE(l.any_slab());
+  EXPECT_FALSE(l.any_group());
+  EXPECT_EQ(l.spillable_classes(), 0u);
+  l.add(k.make(1));
+  l.add(k.make(3));
+  l.add(k.make(2, /*spillable=*/false));  // never moves: its class says nothing
+  EXPECT_EQ(l.spillable_classes(), class_bit(1) | class_bit(3));
+  EXPECT_FALSE(l.any_slab());
+  EXPECT_FALSE(l.any_group());
+}
+
+TEST(BlockList, NotesASlabsUseRecordAndAGroupsMember) {
+  Blocks k;
+  BlockList l;
+  alloc::Block* slab = k.make(0);
+  slab->slab = true;
+  l.add(slab);
+  EXPECT_TRUE(l.any_slab());
+  EXPECT_EQ(l.spillable_classes(), 0u) << "a slab's record is not a spillable block";
+  EXPECT_FALSE(l.any_group());
+  alloc::Group g;
+  alloc::Block* member = k.make(2);
+  member->group = &g;
+  l.add(member);
+  EXPECT_TRUE(l.any_group());
+  EXPECT_TRUE(l.notes_cover_blocks());
+}
+
+TEST(BlockList, AddsEachBlockOnceAndNotesIt) {
+  Blocks k;
+  BlockList l;
+  alloc::Block* b = k.make(1);
+  l.add(b);
+  l.add(b);
+  EXPECT_EQ(l.size(), 1u);
+  EXPECT_EQ(l.spillable_classes(), class_bit(1));
+}
+
+TEST(BlockList, ANoteOutlivesTheBlockDroppedAsFreed) {
+  Blocks k;
+  BlockList l;
+  alloc::Block* kept = k.make(1);
+  alloc::Block* freed = k.make(2);
+  freed->slab = false;
+  l.add(kept);
+  l.add(freed);
+  freed->state.store(alloc::State::Freed);
+  EXPECT_TRUE(l.drop_freed());
+  EXPECT_EQ(l.size(), 1u);
+  // More than the list holds: the cautious answer, never a wrong "lazy".
+  EXPECT_EQ(l.spillable_classes(), class_bit(1) | class_bit(2));
+}
+
+TEST(BlockList, AssigningNotesTheNewBlocksOnly) {
+  Blocks k;
+  BlockList l;
+  alloc::Block* slab = k.make(0);
+  slab->slab = true;
+  l.add(slab);
+  alloc::Block* all[] = {k.make(3), k.make(1)};
+  l.assign_distinct(all);
+  EXPECT_EQ(l.size(), 2u);
+  EXPECT_FALSE(l.any_slab());
+  EXPECT_EQ(l.spillable_classes(), class_bit(3) | class_bit(1));
+}
+
+TEST(BlockList, NotesBlocksPastTheInlineItems) {
+  Blocks k;
+  BlockList l;
+  for (int i = 0; i < BlockList::kInline; ++i) l.add(k.make(1));
+  alloc::Block* past = k.make(4);
+  past->slab = true;
+  l.add(past);
+  EXPECT_EQ(l.size(), static_cast<std::size_t>(BlockList::kInline) + 1);
+  EXPECT_TRUE(l.any_slab());
+  l.add(k.make(3));
+  EXPECT_EQ(l.spillable_classes(), class_bit(1) | class_bit(3));
+  EXPECT_TRUE(l.notes_cover_blocks());
+}
+
+}  // namespace
+}  // namespace tierrt
