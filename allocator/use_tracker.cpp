@@ -197,15 +197,17 @@ bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream
   // record comes after the launch (record_open_locked clears open_now first).
   UseEvent* e = st->open_now.load(std::memory_order_seq_cst);
   if (e == nullptr || st->key.load(std::memory_order_acquire) != s) return false;
-  for (const Block* b : blocks)
-    if (b->lazy_open.load(std::memory_order_acquire) != e) return false;
   // The rescue's coldest-first order: as recent as the last recorded use.
   // Stored only where it differs (the clock moves only at eager records), so
   // that launches on other threads naming the same weights do not bounce
-  // their lines.
+  // their lines. In the same pass as the look at each block's open event:
+  // a block looked at before one that holds another event may have its
+  // recency raised for nothing, which the locked way that follows does too.
   const std::uint64_t last = clock_.load(std::memory_order_relaxed);
-  for (Block* b : blocks)
+  for (Block* b : blocks) {
+    if (b->lazy_open.load(std::memory_order_acquire) != e) return false;
     if (b->last_use.load(std::memory_order_relaxed) != last) b->last_use.store(last, std::memory_order_relaxed);
+  }
   st->unlocked_uses.store(st->unlocked_uses.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   return true;
 }
