@@ -1,5 +1,7 @@
 // Launch residency: what the runtime calls around every launch, copy and
 // memset (ensure_resident, enqueue, record_use, release), and user pins.
+#include <cassert>
+
 #include "launch_announcements.h"
 #include "parts.h"
 #include "steady_clock.h"
@@ -91,11 +93,17 @@ CUresult Allocator::ensure_resident_briefly(std::span<Block* const> blocks, CUst
   return ensure_resident(blocks, stream);
 }
 
-void Allocator::release(std::span<Block* const> blocks, bool announced) noexcept {
-  for (Block* b : blocks) {
-    note_enqueued(b);
-    if (!announced || b->slab) b->pins.fetch_sub(1, std::memory_order_seq_cst);
-  }
+void Allocator::release(std::span<Block* const> blocks, bool announced, bool slabs) noexcept {
+  // An announced launch naming no slab's record pinned nothing: the walk
+  // is the debug builds' count only.
+#ifdef NDEBUG
+  if (!announced || slabs)
+#endif
+    for (Block* b : blocks) {
+      assert(slabs || !b->slab);
+      note_enqueued(b);
+      if (!announced || b->slab) b->pins.fetch_sub(1, std::memory_order_seq_cst);
+    }
   if (announced) LaunchAnnouncements::end();
   p_->blocks.pins_released();
 }

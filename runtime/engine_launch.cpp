@@ -218,7 +218,7 @@ void Engine::after_use(const BlockList& blocks, CUstream key, bool capturing, bo
     const bool lazy = !capturing && may_record_lazily(blocks, key, several);
     alloc_->record_use(blocks.span(), key, capturing, lazy);
   }
-  alloc_->release(blocks.span(), blocks.announced());
+  alloc_->release(blocks.span(), blocks.announced(), blocks.any_slab());
 }
 
 // A lazy use costs no event now; a wait on it may include the stream's later

@@ -218,7 +218,9 @@ class Allocator {
   // instead of two read-modify-writes per block; launch_announcements.h).
   // Pass `*announced` to release().
   CUresult ensure_resident_briefly(std::span<Block* const> blocks, CUstream stream, bool* announced) noexcept;
-  void release(std::span<Block* const> blocks, bool announced = false) noexcept;
+  // `slabs` false: the caller knows no slab's use record is among the
+  // blocks (an announced launch then pinned none of them).
+  void release(std::span<Block* const> blocks, bool announced = false, bool slabs = true) noexcept;
   // A user pin (tierrt_advise PIN): makes the block usable by work on
   // `stream` next, as ensure_resident does, and keeps it from being spilled
   // until unpin(). Counted apart from launch pins.
