@@ -191,22 +191,30 @@ void BM_HookWorkOnlyOnWeights(benchmark::State& st) {
 }
 
 
+// The 8-pointer launch over st.range(0) live blocks; with st.range(1) != 0
+// on blocks the policy found persistent. False (the run skipped, saying
+// why) where that cannot be.
+bool weights_launch(benchmark::State& st, const Setup& s, CUdeviceptr (&ptrs)[8], void* (&params)[8]) {
+  if (!fits(st, static_cast<size_t>(st.range(0)))) return false;
+  launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
+  if (st.range(1) != 0 && !as_weights(s, params)) {
+    st.SkipWithError("the policy did not find the blocks persistent (the reactive policy classifies nothing)");
+    return false;
+  }
+  return true;
+}
+
 // The hook's own work (no driver launch) in bursts of 256 launches, 200 us
 // apart: as a job launches, with the policy thread keeping up between
 // bursts (a tight loop outruns it, its ring fills and posts are dropped,
-// which is not what a job's launches meet). Each burst is timed as a whole,
-// so no clock read is in the figure: "ns_per_launch" is the median burst's
-// time per launch.
+// which is not what a job's launches meet). "ns_per_launch": the median
+// burst's time per launch, each burst timed as a whole (no clock read in
+// it); "median_ns": the median launch (see below).
 void BM_HookWorkInBursts(benchmark::State& st) {
   const Setup& s = setup();
   CUdeviceptr ptrs[8];
   void* params[8];
-  if (!fits(st, static_cast<size_t>(st.range(0)))) return;
-  launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
-  if (st.range(1) != 0 && !as_weights(s, params)) {
-    st.SkipWithError("the policy did not find the blocks persistent (the reactive policy classifies nothing)");
-    return;
-  }
+  if (!weights_launch(st, s, ptrs, params)) return;
   auto none = [] { return CUDA_SUCCESS; };
   constexpr int kBurst = 256;
   std::vector<double> bursts;
@@ -328,12 +336,7 @@ void BM_LaunchHookAdded(benchmark::State& st) {
   const Setup& s = setup();
   CUdeviceptr ptrs[8];
   void* params[8];
-  if (!fits(st, static_cast<size_t>(st.range(0)))) return;
-  launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
-  if (st.range(1) != 0 && !as_weights(s, params)) {
-    st.SkipWithError("the policy did not find the blocks persistent (the reactive policy classifies nothing)");
-    return;
-  }
+  if (!weights_launch(st, s, ptrs, params)) return;
   if (st.range(2) == 0 && s.engine->allocator_stats().spill_asked) {
     st.SkipWithError("a spill was asked for earlier in this process (moving:0 runs before moving:1 and BM_DemandFetchLaunch)");
     return;

@@ -23,6 +23,12 @@ struct Blocks {
     b->spillable = spillable;
     return b;
   }
+  // A small allocation slab's use record.
+  alloc::Block* make_slab(std::uint8_t lifetime = 0) {
+    alloc::Block* b = make(lifetime);
+    b->slab = true;
+    return b;
+  }
 };
 
 TEST(BlockList, NotesTheClassesOfSpillableBlocksOfTheirOwn) {
@@ -42,9 +48,7 @@ TEST(BlockList, NotesTheClassesOfSpillableBlocksOfTheirOwn) {
 TEST(BlockList, NotesASlabsUseRecordAndAGroupsMember) {
   Blocks k;
   BlockList l;
-  alloc::Block* slab = k.make(0);
-  slab->slab = true;
-  l.add(slab);
+  l.add(k.make_slab());
   EXPECT_TRUE(l.any_slab());
   EXPECT_EQ(l.spillable_classes(), 0u) << "a slab's record is not a spillable block";
   EXPECT_FALSE(l.any_group());
@@ -71,7 +75,6 @@ TEST(BlockList, ANoteOutlivesTheBlockDroppedAsFreed) {
   BlockList l;
   alloc::Block* kept = k.make(1);
   alloc::Block* freed = k.make(2);
-  freed->slab = false;
   l.add(kept);
   l.add(freed);
   freed->state.store(alloc::State::Freed);
@@ -84,9 +87,7 @@ TEST(BlockList, ANoteOutlivesTheBlockDroppedAsFreed) {
 TEST(BlockList, AssigningNotesTheNewBlocksOnly) {
   Blocks k;
   BlockList l;
-  alloc::Block* slab = k.make(0);
-  slab->slab = true;
-  l.add(slab);
+  l.add(k.make_slab());
   alloc::Block* all[] = {k.make(3), k.make(1)};
   l.assign_distinct(all);
   EXPECT_EQ(l.size(), 2u);
@@ -98,9 +99,7 @@ TEST(BlockList, NotesBlocksPastTheInlineItems) {
   Blocks k;
   BlockList l;
   for (int i = 0; i < BlockList::kInline; ++i) l.add(k.make(1));
-  alloc::Block* past = k.make(4);
-  past->slab = true;
-  l.add(past);
+  l.add(k.make_slab(4));
   EXPECT_EQ(l.size(), static_cast<std::size_t>(BlockList::kInline) + 1);
   EXPECT_TRUE(l.any_slab());
   l.add(k.make(3));
