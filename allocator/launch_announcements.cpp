@@ -8,26 +8,12 @@ namespace tierrt::alloc {
 
 namespace {
 
-// seq: even while idle, odd while a launch is announced. Everything atomic:
-// takers read slots while their threads write them.
-struct alignas(64) Slot {
-  std::atomic<std::uint64_t> seq{0};
-  std::atomic<std::uint32_t> count{0};
-  std::atomic<bool> taken{false};
-  std::atomic<const Block*> blocks[LaunchAnnouncements::kBlocks] = {};
-};
+using announcement_detail::Slot;
+using announcement_detail::t_claimed_once;
+using announcement_detail::t_slot;
 
 Slot g_slots[LaunchAnnouncements::kSlots];
 std::atomic<std::size_t> g_high{0};  // slots below it may have been taken
-
-// Read at every launch (begin and end). Initial-exec: in libtierrt.so the
-// default model reaches a thread-local through a call to __tls_get_addr at
-// each access (1.4 ns more per access than this one load, in a loop on a
-// 2.1 GHz EPYC VM). The library's TLS is static already (its dynamic
-// FLAGS say STATIC_TLS), so this asks nothing more of the loader.
-__attribute__((tls_model("initial-exec"))) thread_local Slot* t_slot = nullptr;
-// Claimed, or found none: not tried again.
-__attribute__((tls_model("initial-exec"))) thread_local bool t_claimed_once = false;
 
 // Gives the slot back when the thread exits (no launch is announced then).
 struct SlotReturn {
@@ -38,6 +24,13 @@ struct SlotReturn {
     t_slot = nullptr;
   }
 };
+
+}  // namespace
+
+namespace announcement_detail {
+
+constinit __attribute__((tls_model("initial-exec"))) thread_local Slot* t_slot = nullptr;
+constinit __attribute__((tls_model("initial-exec"))) thread_local bool t_claimed_once = false;
 
 Slot* claim() noexcept {
   t_claimed_once = true;
@@ -57,32 +50,7 @@ Slot* claim() noexcept {
   return nullptr;
 }
 
-}  // namespace
-
-bool LaunchAnnouncements::begin(std::span<Block* const> blocks) noexcept {
-  if (blocks.size() > kBlocks) return false;
-  Slot* s = t_slot;
-  if (s == nullptr && (t_claimed_once || (s = claim()) == nullptr)) return false;
-  const std::uint64_t seq = s->seq.load(std::memory_order_relaxed);
-  if (seq & 1) return false;  // this thread announced a launch already
-  // Release: a taker that reads a block written here also sees the uses the
-  // thread's earlier launches recorded (their ends come before).
-  for (std::size_t i = 0; i < blocks.size(); ++i) s->blocks[i].store(blocks[i], std::memory_order_release);
-  s->count.store(static_cast<std::uint32_t>(blocks.size()), std::memory_order_relaxed);
-  // Ordered before the caller looks at the blocks' states; the taker's side
-  // of the barrier is in announced() (asymmetric_fence.h).
-  asymmetric_fence::light_store(s->seq, seq + 1);
-  return true;
-}
-
-void LaunchAnnouncements::end() noexcept {
-  Slot* s = t_slot;
-  assert(s != nullptr && (s->seq.load(std::memory_order_relaxed) & 1) == 1);
-  // A rescue waiting for launches to let go is told after this
-  // (BlockStates::pins_released: store, then look; the rescue's side of the
-  // barrier is in for_each_announced).
-  asymmetric_fence::light_store(s->seq, s->seq.load(std::memory_order_relaxed) + 1);
-}
+}  // namespace announcement_detail
 
 namespace {
 

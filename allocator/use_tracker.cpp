@@ -142,10 +142,41 @@ std::size_t UseTracker::store_locked(std::span<Block* const> blocks, std::size_t
   return blocks.size();
 }
 
+bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream s, std::uint64_t now) noexcept {
+  OpenStream* st = open_stream(s);
+  if (st == nullptr) return false;
+  // The window passed: the locked way records the event.
+  if (now - st->recorded_at.load(std::memory_order_relaxed) >= launcher_window(s)) return false;
+  // Read after the launch was enqueued: while the event is still open, its
+  // record comes after the launch (record_open_locked clears open_now first).
+  UseEvent* e = st->open_now.load(std::memory_order_seq_cst);
+  if (e == nullptr || st->key.load(std::memory_order_acquire) != s) return false;
+  // The rescue's coldest-first order: as recent as the last recorded use.
+  // Stored only where it differs (the clock moves only at eager records), so
+  // that launches on other threads naming the same weights do not bounce
+  // their lines. In the same pass as the look at each block's open event:
+  // a block looked at before one that holds another event may have its
+  // recency raised for nothing, which the locked way that follows does too.
+  const std::uint64_t last = clock_.load(std::memory_order_relaxed);
+  for (Block* b : blocks) {
+    if (b->lazy_open.load(std::memory_order_acquire) != e) return false;
+    if (b->last_use.load(std::memory_order_relaxed) != last) b->last_use.store(last, std::memory_order_relaxed);
+  }
+  st->unlocked_uses.store(st->unlocked_uses.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  return true;
+}
+
 CUresult UseTracker::record(std::span<Block* const> blocks, CUstream s, bool lazy) noexcept {
   if (!lazy || drv::is_per_thread_stream_key(s)) return record_now(blocks, s);
   // Null is the legacy stream, and an open-stream slot's "none".
-  return record_lazily(blocks, s == nullptr ? CU_STREAM_LEGACY : s);
+  if (s == nullptr) s = CU_STREAM_LEGACY;
+  // Read at every lazy use: checked at every 8th only, the XLA-like probe's
+  // untiered peak doubled (granule-groups), likely a freed step buffer's use
+  // recorded too late for the next step's allocation to reuse its memory.
+  const std::uint64_t now = window_clock_.now();
+  // The launch path's common case, inline here (no call): nothing to store.
+  if (record_lazily_unlocked(blocks, s, now)) return CUDA_SUCCESS;
+  return record_lazily(blocks, s, now);
 }
 
 CUresult UseTracker::record_now(std::span<Block* const> blocks, CUstream s) noexcept {
@@ -188,36 +219,8 @@ CUresult UseTracker::record_now(std::span<Block* const> blocks, CUstream s) noex
   return waited;
 }
 
-bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream s, std::uint64_t now) noexcept {
-  OpenStream* st = open_stream(s);
-  if (st == nullptr) return false;
-  // The window passed: the locked way records the event.
-  if (now - st->recorded_at.load(std::memory_order_relaxed) >= launcher_window(s)) return false;
-  // Read after the launch was enqueued: while the event is still open, its
-  // record comes after the launch (record_open_locked clears open_now first).
-  UseEvent* e = st->open_now.load(std::memory_order_seq_cst);
-  if (e == nullptr || st->key.load(std::memory_order_acquire) != s) return false;
-  // The rescue's coldest-first order: as recent as the last recorded use.
-  // Stored only where it differs (the clock moves only at eager records), so
-  // that launches on other threads naming the same weights do not bounce
-  // their lines. In the same pass as the look at each block's open event:
-  // a block looked at before one that holds another event may have its
-  // recency raised for nothing, which the locked way that follows does too.
-  const std::uint64_t last = clock_.load(std::memory_order_relaxed);
-  for (Block* b : blocks) {
-    if (b->lazy_open.load(std::memory_order_acquire) != e) return false;
-    if (b->last_use.load(std::memory_order_relaxed) != last) b->last_use.store(last, std::memory_order_relaxed);
-  }
-  st->unlocked_uses.store(st->unlocked_uses.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-  return true;
-}
 
-CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s) noexcept {
-  // Read at every lazy use: checked at every 8th only, the XLA-like probe's
-  // untiered peak doubled (granule-groups), likely a freed step buffer's use
-  // recorded too late for the next step's allocation to reuse its memory.
-  const std::uint64_t now = window_clock_.now();
-  if (record_lazily_unlocked(blocks, s, now)) return CUDA_SUCCESS;
+CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s, std::uint64_t now) noexcept {
   OpenStream* st = open_stream(s);
   if (st == nullptr && (st = claim_open_stream(s)) == nullptr) return record_now(blocks, s);
   std::unique_lock<RankedMutex> g(st->mu);

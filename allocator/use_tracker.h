@@ -218,14 +218,18 @@ class UseTracker {
   // An open event is recorded (a failed one becomes the unrecorded marker).
   void settle(UseSlot* u) noexcept;
   bool settle_event(UseEvent* e) noexcept;  // true once it is recorded
-  CUresult record_lazily(std::span<Block* const> blocks, CUstream s) noexcept;
+  // The locked way, where record_lazily_unlocked found something to store
+  // (or the window passed) at `now`.
+  CUresult record_lazily(std::span<Block* const> blocks, CUstream s, std::uint64_t now) noexcept;
   // The window a launch on `s` records its stream's open event after.
   std::uint64_t launcher_window(CUstream s) const noexcept {
     return background_.load(std::memory_order_relaxed) && s != CU_STREAM_LEGACY ? background_window_ : window_;
   }
   // Every block holds `s`'s open event already, and the window has not
   // passed: nothing to store, no lock.
-  bool record_lazily_unlocked(std::span<Block* const> blocks, CUstream s, std::uint64_t now) noexcept;
+  // Inline into record(), the launch path's one call here (defined there).
+  [[gnu::always_inline]] inline bool record_lazily_unlocked(std::span<Block* const> blocks, CUstream s,
+                                                            std::uint64_t now) noexcept;
   CUresult record_now(std::span<Block* const> blocks, CUstream s) noexcept;
 
   static constexpr int kMaxChain = 16;
