@@ -22,9 +22,9 @@
 
 #include <atomic>
 #include <cassert>
-#include <iterator>
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <span>
 
 #include "allocator/block.h"

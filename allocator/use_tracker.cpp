@@ -219,7 +219,6 @@ CUresult UseTracker::record_now(std::span<Block* const> blocks, CUstream s) noex
   return waited;
 }
 
-
 CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s, std::uint64_t now) noexcept {
   OpenStream* st = open_stream(s);
   if (st == nullptr && (st = claim_open_stream(s)) == nullptr) return record_now(blocks, s);
