@@ -190,7 +190,6 @@ void BM_HookWorkOnlyOnWeights(benchmark::State& st) {
       static_cast<double>(std::max<benchmark::IterationCount>(st.iterations(), 1));
 }
 
-
 // The 8-pointer launch over st.range(0) live blocks; with st.range(1) != 0
 // on blocks the policy found persistent. False (the run skipped, saying
 // why) where that cannot be.
