@@ -9,7 +9,8 @@
 #   2. the same suite under tierrt (the suite is a correct program: tierrt
 #      must not change its results), at default settings and with a small
 #      device budget in each spill mode, so that blocks really move;
-#   3. what a launch costs with and without tierrt (bench/gpu/launch_overhead);
+#   3. what a launch naming 8 blocks costs with and without tierrt, at the
+#      median (bench/gpu/launch_overhead: issue 11's launch-path figure);
 #   4. the same program with more live blocks than the device budget, in each
 #      spill mode: blocks spill and come back on every launch, and every
 #      write must survive.
@@ -26,8 +27,9 @@ cuda_dir=${CUDA_LIB_DIR:-}
 export LD_LIBRARY_PATH=$cuda_dir
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | tee "$out/gpu.txt"
 
-summary=()
-note() { summary+=("$1"); }
+# Kept in a file: a note made in a pipeline's subshell reaches it too.
+rm -f "$out/summary.txt"
+note() { echo "$1" >>"$out/summary.txt"; }
 
 contract() {  # name, then environment assignments; extra gtest args in FILTER
   local name=$1; shift
@@ -48,14 +50,33 @@ FILTER='-*OutOfMemory*:*BeyondCapacity*' contract tierrt-remap-256MiB "${preload
 FILTER='-*OutOfMemory*:*BeyondCapacity*' contract tierrt-copy-256MiB "${preload[@]}" \
   TIERRT_STATS="$out/stats-copy.txt" TIERRT_SPILL_MODE=copy TIERRT_DEVICE_BUDGET=256MiB
 
-for live in 100 2000 10000; do
-  base=$(timeout 60 "$bin/launch_overhead" --live $live 2>&1 | tail -1)
-  planner=$(LD_PRELOAD="$bin/libtierrt.so" TIERRT_LOG=error timeout 60 "$bin/launch_overhead" --live $live 2>&1 | tail -1)
-  reactive=$(LD_PRELOAD="$bin/libtierrt.so" TIERRT_LOG=error TIERRT_POLICY=reactive timeout 60 \
-    "$bin/launch_overhead" --live $live 2>&1 | tail -1)
-  echo "driver:   $base" ; echo "planner:  $planner"; echo "reactive: $reactive"
-  note "launch live=$live ns/launch: driver ${base##*ns_per_launch=} | tierrt planner ${planner##*ns_per_launch=} | reactive ${reactive##*ns_per_launch=}"
-done | tee "$out/launch.txt"
+# Item by item as launch_hook_bench's BM_LaunchHookAdded: 8 pointer
+# parameters, steps marked, each launch timed by itself (the median is the
+# typical launch). Three alternations of the driver alone, the planner and
+# the reactive policy, each a process of its own; what tierrt adds is its
+# median less the driver's in the same alternation.
+overhead() {  # live, then launch_overhead's flags
+  local live=$1; shift
+  local i base planner reactive
+  for i in 1 2 3; do
+    base=$(timeout 120 "$bin/launch_overhead" --live "$live" "$@" 2>&1 | tail -1)
+    planner=$(LD_PRELOAD="$bin/libtierrt.so" TIERRT_LOG=error timeout 120 "$bin/launch_overhead" --live "$live" "$@" 2>&1 | tail -1)
+    reactive=$(LD_PRELOAD="$bin/libtierrt.so" TIERRT_LOG=error TIERRT_POLICY=reactive timeout 120 \
+      "$bin/launch_overhead" --live "$live" "$@" 2>&1 | tail -1)
+    echo "driver:   $base"; echo "planner:  $planner"; echo "reactive: $reactive"
+    local d=${base##*median_ns=} p=${planner##*median_ns=} r=${reactive##*median_ns=}
+    d=${d%% *} p=${p%% *} r=${r%% *}
+    if [[ $d =~ ^[0-9]+$ && $p =~ ^[0-9]+$ && $r =~ ^[0-9]+$ ]]; then
+      note "launch live=$live $* median ns: driver $d | added: planner $((p - d)), reactive $((r - d))"
+    else
+      note "launch live=$live $*: a run failed (see launch.txt)"
+    fi
+  done
+}
+{
+  for live in 100 2000 10000; do overhead $live; done
+  overhead 2000 --fixed
+} | tee "$out/launch.txt"
 
 for mode in remap copy; do
   LD_PRELOAD="$bin/libtierrt.so" TIERRT_LOG=warn TIERRT_SPILL_MODE=$mode TIERRT_DEVICE_BUDGET=128MiB \
@@ -67,4 +88,4 @@ done
 
 (cd "$out" && tar czf logs.tar.gz --remove-files ./*.log ./*.xml ./stats-*.txt ./launch.txt 2>/dev/null)
 echo "== summary"
-printf '%s\n' "${summary[@]}" | tee "$out/summary.txt"
+cat "$out/summary.txt"

@@ -31,6 +31,7 @@ CUresult create_session(Session* s) {
   const std::pair<CUfunction*, const char*> fns[] = {
       {&k.fill_u32, kFillU32},
       {&k.add_one_u32, kAddOneU32},
+      {&k.add_one_u32x8, kAddOneU32x8},
       {&k.copy_bytes, kCopyBytes},
       {&k.sum_u32, kSumU32},
       {&k.fill_table_u32, kFillTableU32},
@@ -57,6 +58,15 @@ CUresult fill_u32(const Kernels& k, CUstream s, CUdeviceptr p, uint32_t value, u
 }
 CUresult add_one_u32(const Kernels& k, CUstream s, CUdeviceptr p, uint64_t n) {
   return launch(k.add_one_u32, s, n, p, n);
+}
+CUresult add_one_u32x8(const Kernels& k, CUstream s, const CUdeviceptr (&p)[8]) {
+  CUdeviceptr args[8];
+  void* params[8];
+  for (int i = 0; i < 8; ++i) {
+    args[i] = p[i];
+    params[i] = &args[i];
+  }
+  return cuLaunchKernel(k.add_one_u32x8, 1, 1, 1, kAddOneX8Words, 1, 1, 0, s, params, nullptr);
 }
 CUresult copy_bytes(const Kernels& k, CUstream s, CUdeviceptr dst, CUdeviceptr src, uint64_t n) {
   return launch(k.copy_bytes, s, n, dst, src, n);

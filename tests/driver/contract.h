@@ -35,6 +35,8 @@ struct Kernels {
   CUmodule module = nullptr;
   CUfunction fill_u32 = nullptr;     // (u32* p, u32 value, u64 n)
   CUfunction add_one_u32 = nullptr;  // (u32* p, u64 n)
+  // (u32* p0, ..., u32* p7): the first kAddOneX8Words words of each, atomically
+  CUfunction add_one_u32x8 = nullptr;
   CUfunction copy_bytes = nullptr;   // (u8* dst, const u8* src, u64 n)
   CUfunction sum_u32 = nullptr;      // (const u32* p, u64 n, u64* acc)
   // (u32* const* table, u64 count, u32 value, u64 n): through a device-side table
@@ -46,6 +48,8 @@ struct Kernels {
 
 inline constexpr const char* kFillU32 = "contract_fill_u32";
 inline constexpr const char* kAddOneU32 = "contract_add_one_u32";
+inline constexpr const char* kAddOneU32x8 = "contract_add_one_u32x8";
+inline constexpr uint64_t kAddOneX8Words = 64;
 inline constexpr const char* kCopyBytes = "contract_copy_bytes";
 inline constexpr const char* kSumU32 = "contract_sum_u32";
 inline constexpr const char* kFillTableU32 = "contract_fill_table_u32";
@@ -81,6 +85,8 @@ CUresult launch(CUfunction f, CUstream stream, uint64_t n, Args... args) {
 
 CUresult fill_u32(const Kernels& k, CUstream s, CUdeviceptr p, uint32_t value, uint64_t n);
 CUresult add_one_u32(const Kernels& k, CUstream s, CUdeviceptr p, uint64_t n);
+// One launch naming the eight buffers (one block of kAddOneX8Words threads).
+CUresult add_one_u32x8(const Kernels& k, CUstream s, const CUdeviceptr (&p)[8]);
 CUresult copy_bytes(const Kernels& k, CUstream s, CUdeviceptr dst, CUdeviceptr src, uint64_t n);
 CUresult sum_u32(const Kernels& k, CUstream s, CUdeviceptr p, uint64_t n, CUdeviceptr acc);
 

@@ -18,6 +18,18 @@ extern "C" __global__ void contract_add_one_u32(unsigned int* p, unsigned long l
     p[i] += 1u;
 }
 
+// Adds one to the first 64 words (contract.h: kAddOneX8Words) of each of eight buffers: a
+// launch naming eight blocks, as a layer's kernel names its weights,
+// activations and workspace (bench/gpu/launch_overhead). Any launch shape.
+extern "C" __global__ void contract_add_one_u32x8(unsigned int* p0, unsigned int* p1, unsigned int* p2,
+                                                  unsigned int* p3, unsigned int* p4, unsigned int* p5,
+                                                  unsigned int* p6, unsigned int* p7) {
+  unsigned int* const p[8] = {p0, p1, p2, p3, p4, p5, p6, p7};
+  for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < 64;
+       i += (unsigned long long)gridDim.x * blockDim.x)
+    for (int k = 0; k < 8; ++k) atomicAdd(&p[k][i], 1u);
+}
+
 extern "C" __global__ void contract_copy_bytes(unsigned char* dst, const unsigned char* src,
                                                unsigned long long n) {
   for (unsigned long long i = blockIdx.x * (unsigned long long)blockDim.x + threadIdx.x; i < n;

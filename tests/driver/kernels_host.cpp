@@ -33,6 +33,13 @@ void add_one_u32_host(const simdev_launch* l) {
   for (uint64_t i = 0; i < n; ++i) p[i] += 1u;
 }
 
+void add_one_u32x8_host(const simdev_launch* l) {
+  for (unsigned int k = 0; k < 8; ++k) {
+    auto* p = param<uint32_t*>(l, k);
+    for (uint64_t i = 0; i < kAddOneX8Words; ++i) __atomic_fetch_add(&p[i], 1u, __ATOMIC_RELAXED);
+  }
+}
+
 void copy_bytes_host(const simdev_launch* l) {
   auto* dst = param<unsigned char*>(l, 0);
   const auto* src = param<const unsigned char*>(l, 1);
@@ -75,6 +82,7 @@ constexpr size_t kPtrU32U64[] = {8, 4, 8};
 constexpr size_t kPtrU64U32U64[] = {8, 8, 4, 8};
 constexpr size_t kPtrPtrU32U64[] = {8, 8, 4, 8};
 constexpr size_t kPtrU64[] = {8, 8};
+constexpr size_t kPtrX8[] = {8, 8, 8, 8, 8, 8, 8, 8};
 constexpr size_t kPtrPtrU64[] = {8, 8, 8};
 constexpr size_t kPtrU64Ptr[] = {8, 8, 8};
 
@@ -86,6 +94,7 @@ void register_contract_host_kernels() {
     const simdev_kernel_desc descs[] = {
         {kFillU32, fill_u32_host, 3, kPtrU32U64, nullptr, 0},
         {kAddOneU32, add_one_u32_host, 2, kPtrU64, nullptr, 0},
+        {kAddOneU32x8, add_one_u32x8_host, 8, kPtrX8, nullptr, 0},
         {kCopyBytes, copy_bytes_host, 3, kPtrPtrU64, nullptr, 0},
         {kSumU32, sum_u32_host, 3, kPtrU64Ptr, nullptr, 0},
         {kFillTableU32, fill_table_u32_host, 4, kPtrU64U32U64, nullptr, 0},

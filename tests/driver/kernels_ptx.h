@@ -99,6 +99,79 @@ $L__BB1_3:
 	ret;
 
 }
+	// .globl	contract_add_one_u32x8
+.visible .entry contract_add_one_u32x8(
+	.param .u64 contract_add_one_u32x8_param_0,
+	.param .u64 contract_add_one_u32x8_param_1,
+	.param .u64 contract_add_one_u32x8_param_2,
+	.param .u64 contract_add_one_u32x8_param_3,
+	.param .u64 contract_add_one_u32x8_param_4,
+	.param .u64 contract_add_one_u32x8_param_5,
+	.param .u64 contract_add_one_u32x8_param_6,
+	.param .u64 contract_add_one_u32x8_param_7
+)
+{
+	.reg .pred 	%p<3>;
+	.reg .b32 	%r<13>;
+	.reg .b64 	%rd<35>;
+
+
+	ld.param.u64 	%rd14, [contract_add_one_u32x8_param_0];
+	ld.param.u64 	%rd15, [contract_add_one_u32x8_param_1];
+	ld.param.u64 	%rd16, [contract_add_one_u32x8_param_2];
+	ld.param.u64 	%rd17, [contract_add_one_u32x8_param_3];
+	ld.param.u64 	%rd18, [contract_add_one_u32x8_param_4];
+	ld.param.u64 	%rd19, [contract_add_one_u32x8_param_5];
+	ld.param.u64 	%rd20, [contract_add_one_u32x8_param_6];
+	ld.param.u64 	%rd21, [contract_add_one_u32x8_param_7];
+	mov.u32 	%r1, %ctaid.x;
+	mov.u32 	%r2, %ntid.x;
+	cvt.u64.u32 	%rd1, %r2;
+	mul.wide.u32 	%rd22, %r1, %r2;
+	mov.u32 	%r3, %tid.x;
+	cvt.u64.u32 	%rd23, %r3;
+	add.s64 	%rd34, %rd22, %rd23;
+	setp.gt.u64 	%p1, %rd34, 63;
+	@%p1 bra 	$L__BB2_3;
+
+	mov.u32 	%r4, %nctaid.x;
+	cvt.u64.u32 	%rd24, %r4;
+	mul.lo.s64 	%rd3, %rd24, %rd1;
+	cvta.to.global.u64 	%rd4, %rd14;
+	cvta.to.global.u64 	%rd5, %rd15;
+	cvta.to.global.u64 	%rd6, %rd16;
+	cvta.to.global.u64 	%rd7, %rd17;
+	cvta.to.global.u64 	%rd8, %rd18;
+	cvta.to.global.u64 	%rd9, %rd19;
+	cvta.to.global.u64 	%rd10, %rd20;
+	cvta.to.global.u64 	%rd11, %rd21;
+
+$L__BB2_2:
+	shl.b64 	%rd25, %rd34, 2;
+	add.s64 	%rd26, %rd4, %rd25;
+	atom.global.add.u32 	%r5, [%rd26], 1;
+	add.s64 	%rd27, %rd5, %rd25;
+	atom.global.add.u32 	%r6, [%rd27], 1;
+	add.s64 	%rd28, %rd6, %rd25;
+	atom.global.add.u32 	%r7, [%rd28], 1;
+	add.s64 	%rd29, %rd7, %rd25;
+	atom.global.add.u32 	%r8, [%rd29], 1;
+	add.s64 	%rd30, %rd8, %rd25;
+	atom.global.add.u32 	%r9, [%rd30], 1;
+	add.s64 	%rd31, %rd9, %rd25;
+	atom.global.add.u32 	%r10, [%rd31], 1;
+	add.s64 	%rd32, %rd10, %rd25;
+	atom.global.add.u32 	%r11, [%rd32], 1;
+	add.s64 	%rd33, %rd11, %rd25;
+	atom.global.add.u32 	%r12, [%rd33], 1;
+	add.s64 	%rd34, %rd34, %rd3;
+	setp.lt.u64 	%p2, %rd34, 64;
+	@%p2 bra 	$L__BB2_2;
+
+$L__BB2_3:
+	ret;
+
+}
 	// .globl	contract_copy_bytes
 .visible .entry contract_copy_bytes(
 	.param .u64 contract_copy_bytes_param_0,
@@ -123,7 +196,7 @@ $L__BB1_3:
 	cvt.u64.u32 	%rd12, %r3;
 	add.s64 	%rd16, %rd11, %rd12;
 	setp.ge.u64 	%p1, %rd16, %rd10;
-	@%p1 bra 	$L__BB2_3;
+	@%p1 bra 	$L__BB3_3;
 
 	mov.u32 	%r4, %nctaid.x;
 	cvt.u64.u32 	%rd13, %r4;
@@ -131,16 +204,16 @@ $L__BB1_3:
 	cvta.to.global.u64 	%rd4, %rd9;
 	cvta.to.global.u64 	%rd5, %rd8;
 
-$L__BB2_2:
+$L__BB3_2:
 	add.s64 	%rd14, %rd4, %rd16;
 	ld.global.u8 	%rs1, [%rd14];
 	add.s64 	%rd15, %rd5, %rd16;
 	st.global.u8 	[%rd15], %rs1;
 	add.s64 	%rd16, %rd16, %rd3;
 	setp.lt.u64 	%p2, %rd16, %rd10;
-	@%p2 bra 	$L__BB2_2;
+	@%p2 bra 	$L__BB3_2;
 
-$L__BB2_3:
+$L__BB3_3:
 	ret;
 
 }
@@ -167,7 +240,7 @@ $L__BB2_3:
 	cvt.u64.u32 	%rd12, %r3;
 	add.s64 	%rd18, %rd11, %rd12;
 	setp.ge.u64 	%p1, %rd18, %rd9;
-	@%p1 bra 	$L__BB3_3;
+	@%p1 bra 	$L__BB4_3;
 
 	mov.u32 	%r4, %nctaid.x;
 	cvt.u64.u32 	%rd13, %r4;
@@ -175,16 +248,16 @@ $L__BB2_3:
 	cvta.to.global.u64 	%rd4, %rd8;
 	cvta.to.global.u64 	%rd5, %rd10;
 
-$L__BB3_2:
+$L__BB4_2:
 	shl.b64 	%rd14, %rd18, 2;
 	add.s64 	%rd15, %rd4, %rd14;
 	ld.global.u32 	%rd16, [%rd15];
 	atom.global.add.u64 	%rd17, [%rd5], %rd16;
 	add.s64 	%rd18, %rd18, %rd3;
 	setp.lt.u64 	%p2, %rd18, %rd9;
-	@%p2 bra 	$L__BB3_2;
+	@%p2 bra 	$L__BB4_2;
 
-$L__BB3_3:
+$L__BB4_3:
 	ret;
 
 }
@@ -214,7 +287,7 @@ $L__BB3_3:
 	add.s64 	%rd29, %rd17, %rd18;
 	mul.lo.s64 	%rd3, %rd15, %rd16;
 	setp.ge.u64 	%p1, %rd29, %rd3;
-	@%p1 bra 	$L__BB4_6;
+	@%p1 bra 	$L__BB5_6;
 
 	mov.u32 	%r5, %nctaid.x;
 	cvt.u64.u32 	%rd19, %r5;
@@ -222,18 +295,18 @@ $L__BB3_3:
 	cvta.to.global.u64 	%rd5, %rd14;
 	cvt.u32.u64 	%r6, %rd15;
 
-$L__BB4_2:
+$L__BB5_2:
 	or.b64  	%rd20, %rd29, %rd15;
 	and.b64  	%rd21, %rd20, -4294967296;
 	setp.eq.s64 	%p2, %rd21, 0;
-	@%p2 bra 	$L__BB4_4;
+	@%p2 bra 	$L__BB5_4;
 
 	div.u64 	%rd30, %rd29, %rd15;
 	mul.lo.s64 	%rd22, %rd30, %rd15;
 	sub.s64 	%rd31, %rd29, %rd22;
-	bra.uni 	$L__BB4_5;
+	bra.uni 	$L__BB5_5;
 
-$L__BB4_4:
+$L__BB5_4:
 	cvt.u32.u64 	%r7, %rd29;
 	div.u32 	%r8, %r7, %r6;
 	mul.lo.s32 	%r9, %r8, %r6;
@@ -241,7 +314,7 @@ $L__BB4_4:
 	cvt.u64.u32 	%rd30, %r8;
 	cvt.u64.u32 	%rd31, %r10;
 
-$L__BB4_5:
+$L__BB5_5:
 	shl.b64 	%rd23, %rd30, 3;
 	add.s64 	%rd24, %rd5, %rd23;
 	ld.global.u64 	%rd25, [%rd24];
@@ -251,9 +324,9 @@ $L__BB4_5:
 	st.global.u32 	[%rd28], %r1;
 	add.s64 	%rd29, %rd29, %rd4;
 	setp.lt.u64 	%p3, %rd29, %rd3;
-	@%p3 bra 	$L__BB4_2;
+	@%p3 bra 	$L__BB5_2;
 
-$L__BB4_6:
+$L__BB5_6:
 	ret;
 
 }
@@ -278,7 +351,7 @@ $L__BB4_6:
 	mov.u32 	%r2, %ctaid.x;
 	or.b32  	%r4, %r2, %r1;
 	setp.ne.s32 	%p1, %r4, 0;
-	@%p1 bra 	$L__BB5_6;
+	@%p1 bra 	$L__BB6_6;
 
 	cvta.to.global.u64 	%rd1, %rd9;
 	mov.u32 	%r5, 1;
@@ -288,27 +361,27 @@ $L__BB4_6:
 	mov.u64 	%rd12, %clock64;
 	// end inline asm
 
-$L__BB5_2:
+$L__BB6_2:
 	ld.volatile.global.u32 	%r6, [%rd1];
 	setp.ne.s32 	%p2, %r6, 0;
-	@%p2 bra 	$L__BB5_4;
+	@%p2 bra 	$L__BB6_4;
 
 	// begin inline asm
 	mov.u64 	%rd13, %clock64;
 	// end inline asm
 	sub.s64 	%rd14, %rd13, %rd12;
 	setp.lt.s64 	%p3, %rd14, 20000000000;
-	@%p3 bra 	$L__BB5_2;
+	@%p3 bra 	$L__BB6_2;
 
-$L__BB5_4:
+$L__BB6_4:
 	ld.volatile.global.u32 	%r7, [%rd1];
 	setp.ne.s32 	%p4, %r7, 0;
-	@%p4 bra 	$L__BB5_6;
+	@%p4 bra 	$L__BB6_6;
 
 	mov.u32 	%r8, 1;
 	st.volatile.global.u32 	[%rd1+8], %r8;
 
-$L__BB5_6:
+$L__BB6_6:
 	bar.sync 	0;
 	mov.u32 	%r9, %ntid.x;
 	cvt.u64.u32 	%rd3, %r9;
@@ -316,22 +389,22 @@ $L__BB5_6:
 	cvt.u64.u32 	%rd16, %r1;
 	add.s64 	%rd20, %rd15, %rd16;
 	setp.ge.u64 	%p5, %rd20, %rd11;
-	@%p5 bra 	$L__BB5_9;
+	@%p5 bra 	$L__BB6_9;
 
 	mov.u32 	%r10, %nctaid.x;
 	cvt.u64.u32 	%rd17, %r10;
 	mul.lo.s64 	%rd5, %rd17, %rd3;
 	cvta.to.global.u64 	%rd6, %rd10;
 
-$L__BB5_8:
+$L__BB6_8:
 	shl.b64 	%rd18, %rd20, 2;
 	add.s64 	%rd19, %rd6, %rd18;
 	st.global.u32 	[%rd19], %r3;
 	add.s64 	%rd20, %rd20, %rd5;
 	setp.lt.u64 	%p6, %rd20, %rd11;
-	@%p6 bra 	$L__BB5_8;
+	@%p6 bra 	$L__BB6_8;
 
-$L__BB5_9:
+$L__BB6_9:
 	ret;
 
 }

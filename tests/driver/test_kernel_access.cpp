@@ -114,6 +114,27 @@ TEST_F(DriverTest, KernelTouchingFreedMemoryFaultsAfterASuccessfulLaunch) {
   });
 }
 
+// Every parameter is a pointer the kernel dereferences; two parameters may
+// name the same memory (its words are added to twice).
+TEST_F(DriverTest, KernelWritesThroughEachOfEightPointerParameters) {
+  std::vector<DeviceBuffer> buffers;
+  for (int i = 0; i < 7; ++i) {
+    buffers.emplace_back(contract::kAddOneX8Words * 4);
+    ASSERT_CU(buffers.back().status());
+    ASSERT_CU(cuMemsetD32(buffers.back().ptr(), 0, contract::kAddOneX8Words));
+  }
+  CUdeviceptr p[8];
+  for (int i = 0; i < 7; ++i) p[i] = buffers[i].ptr();
+  p[7] = p[2];
+  for (int launch = 0; launch < 3; ++launch) ASSERT_CU(contract::add_one_u32x8(kernels(), nullptr, p));
+  ASSERT_CU(cuCtxSynchronize());
+  for (int b = 0; b < 7; ++b) {
+    std::vector<uint32_t> words(contract::kAddOneX8Words);
+    ASSERT_CU(cuMemcpyDtoH(words.data(), buffers[b].ptr(), words.size() * 4));
+    for (uint32_t w : words) ASSERT_EQ(b == 2 ? 6u : 3u, w) << "buffer " << b;
+  }
+}
+
 TEST_F(DriverTest, KernelReachesMemoryThroughAPointerTable) {
   const uint64_t count = 3, n = 4096;
   std::vector<DeviceBuffer> buffers;
