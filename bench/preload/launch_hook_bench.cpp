@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -330,7 +331,11 @@ bool as_weights(const Setup& s, void** params) {
 // blocks the policy found persistent, whose launches share their stream's
 // use event either way (lazy use events).
 bool spill_asked_for(const struct Setup& s);
-void time_halves(benchmark::State& st, const struct Setup& s, void** params, bool hook);
+// Called before each launch of both halves, outside its timing: a launch's
+// pointers changed from one launch to the next (null: the same every time).
+using BeforeLaunch = std::function<void()>;
+void time_halves(benchmark::State& st, const struct Setup& s, void** params, bool hook,
+                 const BeforeLaunch& before_launch = nullptr);
 void BM_LaunchHookAdded(benchmark::State& st) {
   const Setup& s = setup();
   CUdeviceptr ptrs[8];
@@ -359,6 +364,33 @@ void BM_LaunchHookAdded(benchmark::State& st) {
     if (p != 0 && s.engine->free_async(p, nullptr, [] { return CUDA_ERROR_NOT_FOUND; })) std::abort();
 }
 
+// BM_LaunchHookAdded's launch, but each launch names the next 8 of the live
+// blocks in turn (as a step's kernels name tensors the launches just before
+// did not), where BM_LaunchHookAdded names the same 8 every time (as a loop
+// over one layer would): a block's use then finds its stream's open use
+// event changed since the block was last named, and stores the new one.
+// Before any spill was asked for (the blocks not classified: moving:0's
+// case, where launches share their stream's use event).
+void BM_LaunchHookAddedRotating(benchmark::State& st) {
+  const Setup& s = setup();
+  CUdeviceptr ptrs[8];
+  void* params[8];
+  if (!fits(st, static_cast<size_t>(st.range(0)))) return;
+  launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
+  if (s.engine->allocator_stats().spill_asked) {
+    st.SkipWithError("a spill was asked for earlier in this process (this runs before moving:1)");
+    return;
+  }
+  // The first N of the live blocks (an earlier benchmark may have made more).
+  const std::vector<CUdeviceptr>& live = blocks(static_cast<size_t>(st.range(0)));
+  const std::size_t n = static_cast<std::size_t>(st.range(0));
+  std::size_t next = 0;
+  time_halves(st, s, params, /*hook=*/true, [&] {
+    for (std::size_t i = 0; i < 8; ++i) ptrs[i] = live[(next + i) % n] + 256;
+    next = (next + 8) % n;
+  });
+}
+
 // The same 8-pointer launch timed as BM_LaunchHookAdded's halves are, direct
 // in both: what the harness itself adds to the hooked half, which is 0
 // within a nanosecond when the two halves are measured alike (it was 29 ns
@@ -373,7 +405,7 @@ void BM_HarnessNull(benchmark::State& st) {
   time_halves(st, setup(), params, /*hook=*/false);
 }
 
-void time_halves(benchmark::State& st, const Setup& s, void** params, bool hook) {
+void time_halves(benchmark::State& st, const Setup& s, void** params, bool hook, const BeforeLaunch& before_launch) {
   const std::uint64_t events_before = s.engine->allocator_stats().use_events;
   auto call = [&] { return TIERRT_CU(cuLaunchKernel, s.f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr); };
   constexpr int kRound = 256;
@@ -396,6 +428,10 @@ void time_halves(benchmark::State& st, const Setup& s, void** params, bool hook)
     const std::uint64_t c0 = threads_cpu_ns("tierrt-policy"), t0 = policy_turns(s), w0 = policy_wake_calls(s);
     auto before = Clock::now();
     for (int i = 0; i < kRound; ++i) {
+      if (before_launch) {
+        before_launch();
+        before = Clock::now();
+      }
       if (through_hook && hook ? s.engine->launch(s.f, nullptr, params, nullptr, call) : call()) std::abort();
       const auto after = Clock::now();
       each[through_hook].push_back(std::chrono::duration<double, std::nano>(after - before).count());
@@ -538,6 +574,7 @@ BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights", "moving"})
 BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights", "moving"})
     ->Args({100, 1, 0})->Args({1000, 1, 0})->Args({10000, 1, 0})
     ->Args({100000, 1, 0})->Iterations(200);
+BENCHMARK(BM_LaunchHookAddedRotating)->ArgName("live")->Arg(100)->Arg(1000)->Arg(10000)->Iterations(200);
 BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights", "moving"})
     ->Args({100, 0, 1})->Args({1000, 0, 1})->Args({10000, 0, 1})
     ->Args({100000, 0, 1})->Iterations(200);
