@@ -241,7 +241,8 @@ class UseTracker {
     bool has(const UseEvent* e) const noexcept;
   };
   UseEvent* pop_free_locked() noexcept;
-  void unref_locked(UseEvent* e) noexcept;
+  // Drops `n` references to `e` (none: null or n 0), under mu_.
+  void unref_locked(UseEvent* e, std::uint32_t n = 1) noexcept;
   void collect_chain_locked(std::span<Block* const> blocks, CUstream s, Chain* c) noexcept;
   // Stores `e` as each block's use on `s`, from `first` on; stops where a
   // slot whose event is not in the chain would have to be dropped, handing

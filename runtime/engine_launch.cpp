@@ -66,7 +66,10 @@ bool Engine::collect_launch(CUfunction f, void** params, void** extra, BlockList
     if (!word) return;
     // The common word, inline: a live block of its own (collect_word's
     // first case, without its call per word).
-    if (alloc::Block* b = alloc_->lookup(word); b && !b->group && b->st() != alloc::State::Freed) return out.add(b);
+    if (alloc::Block* b = alloc_->lookup(word); b && !b->group && b->st() != alloc::State::Freed) {
+      __builtin_prefetch(&b->uses[0], 1);
+      return out.add(b);
+    }
     known &= collect_word(word, out);
   };
   if (params) {

@@ -1171,6 +1171,56 @@ TEST_P(LazyUses, AnAgedOpenEventIsRecordedInTheBackgroundNotByTheLaunch) {
   CU_OK(cuStreamDestroy(s));
 }
 
+// A lazy use stores its stream's open event in each block's slot, giving up
+// the event the slot held: references are counted once per event, not once
+// per block (use_tracker.cpp, store_locked). Each event's count is the
+// slots that hold it, whatever runs of equal events the blocks held before,
+// and one given up by every slot is back in the pool.
+TEST_P(LazyUses, EachEventCountsTheSlotsThatHoldIt) {
+  Options o;
+  o.lazy_use_window_ns = 10'000'000'000;  // no record by a launch: the test flushes
+  auto a = make(GetParam(), o);
+  std::vector<Block*> bs;
+  for (int i = 0; i < 8; ++i) bs.push_back(alloc(*a, MiB));
+  CUstream s;
+  CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  auto held = [&](int i) -> UseEvent* {
+    for (int k = 0; k < bs[i]->nuses; ++k)
+      if (bs[i]->uses[k].stream == s) return bs[i]->uses[k].ev;
+    return nullptr;
+  };
+  // Records `which` lazily, then the open event (which then holds no
+  // reference of the stream's): the event they all hold now.
+  auto use = [&](std::initializer_list<int> which) {
+    std::vector<Block*> named;
+    for (int i : which) named.push_back(bs[i]);
+    EXPECT_EQ(a->record_use(named, s, /*capturing=*/false, /*lazy=*/true), CUDA_SUCCESS);
+    a->flush_uses(s);
+    return held(*which.begin());
+  };
+  auto refs = [](const UseEvent* e) { return e->refs.load(); };
+  UseEvent* e1 = use({0, 1, 2, 3, 4, 5, 6, 7});
+  ASSERT_NE(e1, nullptr);
+  EXPECT_EQ(refs(e1), 8);
+  UseEvent* e2 = use({0, 1, 2, 3});
+  EXPECT_EQ(refs(e2), 4);
+  EXPECT_EQ(refs(e1), 4);
+  UseEvent* e3 = use({0, 2, 4, 6});  // evens: 0 and 2 give up e2, 4 and 6 e1
+  EXPECT_EQ(refs(e3), 4);
+  EXPECT_EQ(refs(e2), 2);
+  EXPECT_EQ(refs(e1), 2);
+  // The slots give up e3, e2, e3, e2, e3, e1, e3, e1: runs of one.
+  UseEvent* e4 = use({0, 1, 2, 3, 4, 5, 6, 7});
+  EXPECT_EQ(refs(e4), 8);
+  for (const UseEvent* e : {e1, e2, e3}) {
+    EXPECT_NE(e, e4);
+    EXPECT_EQ(refs(e), 0) << "an event no slot holds is back in the pool";
+  }
+  for (Block* b : bs) CU_OK(a->free(b->va, s));
+  CU_OK(cuStreamSynchronize(s));
+  CU_OK(cuStreamDestroy(s));
+}
+
 INSTANTIATE_TEST_SUITE_P(Allocator, LazyUses, ::testing::Values(SpillMode::Remap, SpillMode::Copy),
                          [](const auto& i) { return i.param == SpillMode::Remap ? "remap" : "copy"; });
 

@@ -125,6 +125,14 @@ struct alignas(64) Block {
   // A slab's use record (Allocator::use_target): the uses of its small
   // allocations, never an allocation itself, never spilled.
   bool slab = false;
+  // Uses not yet known complete, one slot per stream (guarded by alloc.uses).
+  // Right after the launch path's fields: a launch that stores its stream's
+  // use event here (a block not named since that event opened, as most are
+  // in a training step) touches the first two lines of the block only, in a
+  // job on one stream (its slot is the first), and the second comes with the
+  // first where the hardware fetches lines in pairs.
+  int nuses = 0;
+  UseSlot uses[kMaxUseSlots];
 
   // Identity (fixed while the block is live).
   std::size_t size = 0;    // bytes the application asked for
@@ -152,9 +160,6 @@ struct alignas(64) Block {
   bool fences = false;            // a member's spill holds its group's fence (alloc.blocks)
   bool counted_freed = false;     // counted in the FREED statistics (cached)
 
-  // Uses not yet known complete, one slot per stream (guarded by alloc.uses).
-  UseSlot uses[kMaxUseSlots];
-  int nuses = 0;
   CUstream free_stream = nullptr;  // stream of the free, while cached
 
   // Containers.
@@ -165,6 +170,8 @@ struct alignas(64) Block {
   State st() const noexcept { return state.load(std::memory_order_acquire); }
 };
 static_assert(offsetof(Block, slab) < 64, "the launch path's fields of a Block share its first cache line");
+static_assert(offsetof(Block, nuses) < 64 && offsetof(Block, uses) + sizeof(UseSlot) <= 128,
+              "a launch's use record on a one-stream job's block touches its first two cache lines only");
 
 // A large allocation tiered per granule group (Options::group_bytes, remap
 // mode): one VA range holding `count` member blocks of `unit` bytes each
