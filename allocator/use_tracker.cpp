@@ -65,9 +65,9 @@ UseEvent* UseTracker::acquire() noexcept {
   return &e;
 }
 
-void UseTracker::unref_locked(UseEvent* e, std::uint32_t n) noexcept {
+void UseTracker::unref_locked(UseEvent* e, int n) noexcept {
   if (e == nullptr || n == 0 || unrecorded(e)) return;
-  if (e->refs.fetch_sub(static_cast<int>(n), std::memory_order_acq_rel) == static_cast<int>(n)) {
+  if (e->refs.fetch_sub(n, std::memory_order_acq_rel) == n) {
     e->next_free = free_;
     free_ = e;
   }
@@ -115,9 +115,9 @@ std::size_t UseTracker::store_locked(std::span<Block* const> blocks, std::size_t
   // one atomic add for `e`, one subtraction per run of equal events given
   // up. Safe under mu_: no other thread sees these slots before it is
   // released, and the caller holds a reference to `e` throughout.
-  std::uint32_t taken = 0;
+  int taken = 0;
   UseEvent* dropping = nullptr;
-  std::uint32_t dropped = 0;
+  int dropped = 0;
   auto drop = [&](UseEvent* old) {
     if (old != dropping) {
       unref_locked(dropping, dropped);
@@ -128,7 +128,7 @@ std::size_t UseTracker::store_locked(std::span<Block* const> blocks, std::size_t
   };
   auto settle_counts = [&] {
     unref_locked(dropping, dropped);
-    if (taken != 0 && !unrecorded(e)) e->refs.fetch_add(taken, std::memory_order_relaxed);
+    ref(e, taken);
   };
   for (std::size_t i = first; i < blocks.size(); ++i) {
     Block* b = blocks[i];

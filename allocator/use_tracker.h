@@ -77,8 +77,9 @@ class UseTracker {
 
   // An event with one reference, or null when none can be made.
   UseEvent* acquire() noexcept;
-  static void ref(UseEvent* e) noexcept {
-    if (!unrecorded(e)) e->refs.fetch_add(1, std::memory_order_relaxed);
+  // Takes `n` references to `e` (the unrecorded marker is never counted).
+  static void ref(UseEvent* e, int n = 1) noexcept {
+    if (n != 0 && !unrecorded(e)) e->refs.fetch_add(n, std::memory_order_relaxed);
   }
   void unref(UseEvent* e) noexcept;
   // The marker of a use no event stands for (never pooled, never counted).
@@ -242,7 +243,7 @@ class UseTracker {
   };
   UseEvent* pop_free_locked() noexcept;
   // Drops `n` references to `e` (none: null or n 0), under mu_.
-  void unref_locked(UseEvent* e, std::uint32_t n = 1) noexcept;
+  void unref_locked(UseEvent* e, int n = 1) noexcept;
   void collect_chain_locked(std::span<Block* const> blocks, CUstream s, Chain* c) noexcept;
   // Stores `e` as each block's use on `s`, from `first` on; stops where a
   // slot whose event is not in the chain would have to be dropped, handing

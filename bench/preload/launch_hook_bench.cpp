@@ -369,8 +369,8 @@ void BM_LaunchHookAdded(benchmark::State& st) {
 // did not), where BM_LaunchHookAdded names the same 8 every time (as a loop
 // over one layer would): a block's use then finds its stream's open use
 // event changed since the block was last named, and stores the new one.
-// Before any spill was asked for (the blocks not classified: moving:0's
-// case, where launches share their stream's use event).
+// Before any spill was asked for, as moving:0: its launches share their
+// stream's use event whatever the blocks' class.
 void BM_LaunchHookAddedRotating(benchmark::State& st) {
   const Setup& s = setup();
   CUdeviceptr ptrs[8];

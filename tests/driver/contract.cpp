@@ -60,13 +60,7 @@ CUresult add_one_u32(const Kernels& k, CUstream s, CUdeviceptr p, uint64_t n) {
   return launch(k.add_one_u32, s, n, p, n);
 }
 CUresult add_one_u32x8(const Kernels& k, CUstream s, const CUdeviceptr (&p)[8]) {
-  CUdeviceptr args[8];
-  void* params[8];
-  for (int i = 0; i < 8; ++i) {
-    args[i] = p[i];
-    params[i] = &args[i];
-  }
-  return cuLaunchKernel(k.add_one_u32x8, 1, 1, 1, kAddOneX8Words, 1, 1, 0, s, params, nullptr);
+  return launch(k.add_one_u32x8, s, kAddOneX8Words, p[0], p[1], p[2], p[3], p[4], p[5], p[6], p[7]);
 }
 CUresult copy_bytes(const Kernels& k, CUstream s, CUdeviceptr dst, CUdeviceptr src, uint64_t n) {
   return launch(k.copy_bytes, s, n, dst, src, n);

@@ -85,7 +85,7 @@ CUresult launch(CUfunction f, CUstream stream, uint64_t n, Args... args) {
 
 CUresult fill_u32(const Kernels& k, CUstream s, CUdeviceptr p, uint32_t value, uint64_t n);
 CUresult add_one_u32(const Kernels& k, CUstream s, CUdeviceptr p, uint64_t n);
-// One launch naming the eight buffers (one block of kAddOneX8Words threads).
+// One launch naming the eight buffers.
 CUresult add_one_u32x8(const Kernels& k, CUstream s, const CUdeviceptr (&p)[8]);
 CUresult copy_bytes(const Kernels& k, CUstream s, CUdeviceptr dst, CUdeviceptr src, uint64_t n);
 CUresult sum_u32(const Kernels& k, CUstream s, CUdeviceptr p, uint64_t n, CUdeviceptr acc);

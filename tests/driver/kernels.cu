@@ -18,9 +18,10 @@ extern "C" __global__ void contract_add_one_u32(unsigned int* p, unsigned long l
     p[i] += 1u;
 }
 
-// Adds one to the first 64 words (contract.h: kAddOneX8Words) of each of eight buffers: a
-// launch naming eight blocks, as a layer's kernel names its weights,
-// activations and workspace (bench/gpu/launch_overhead). Any launch shape.
+// Adds one to the first 64 words (contract.h: kAddOneX8Words) of each of
+// eight buffers: a launch naming eight blocks, as a layer's kernel names its
+// weights, activations and workspace (bench/gpu/launch_overhead). Any launch
+// shape; atomic, so that two parameters may name the same buffer.
 extern "C" __global__ void contract_add_one_u32x8(unsigned int* p0, unsigned int* p1, unsigned int* p2,
                                                   unsigned int* p3, unsigned int* p4, unsigned int* p5,
                                                   unsigned int* p6, unsigned int* p7) {
