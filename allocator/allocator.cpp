@@ -107,7 +107,7 @@ CUresult Allocator::Parts::reuse_cached(std::size_t mapped, std::size_t bytes, b
   // copies and memsets that name it), so reuse on `s` waits only for uses on
   // other streams: none when the block was used and freed on `s`, the steady
   // state of a training step.
-  UseSlot waits[kMaxUseSlots];
+  UseSlot waits[kMaxUses];
   int nwaits = 0;
   Block* b = nullptr;
   {
@@ -246,7 +246,7 @@ void Allocator::Parts::destroy_block(Block* b) noexcept {
   uses.release_mark(b->late_marker.exchange(nullptr, std::memory_order_acq_rel));
   if (b->group != nullptr) return destroy_member(b);
   assert(b->ops_pending == 0);
-  assert(b->nuses == 0);
+  assert(b->no_uses());
   assert(b->ready.load() == nullptr);
   backing->destroy(b);
   arena.destroy_range(DeviceRange{b->va, b->mapped, b->dev});

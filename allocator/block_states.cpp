@@ -25,7 +25,7 @@ Block* BlockStates::new_block() noexcept {
 
 void BlockStates::recycle(Block* b) noexcept {
   std::lock_guard<RankedMutex> g(mu_);
-  assert(b->ops_pending == 0 && b->nuses == 0 && b->dev == 0 && b->host.chunk == 0 && b->host.buf == nullptr);
+  assert(b->ops_pending == 0 && b->no_uses() && b->dev == 0 && b->host.chunk == 0 && b->host.buf == nullptr);
   assert(!b->cache_hook.is_linked() && !b->resident_hook.is_linked());
   uncount_freed(b);
   b->va = b->shadow = 0;

@@ -16,7 +16,7 @@ namespace tierrt::alloc {
 
 bool Allocator::Parts::donate(std::size_t bytes, CUstream waiter, CUmemGenericAllocationHandle* chunk,
                               Block** donor) noexcept {
-  UseSlot waits[kMaxUseSlots];
+  UseSlot waits[kMaxUses];
   int nwaits = 0;
   Block* d = nullptr;
   {

@@ -315,7 +315,7 @@ bool Allocator::Parts::unmap_parked_chunks(ParkedGroup& pg, std::size_t from, bo
 
 void Allocator::Parts::destroy_member(Block* b) noexcept {
   assert(b->ops_pending == 0);
-  assert(b->nuses == 0);
+  assert(b->no_uses());
   assert(b->ready.load() == nullptr);
   backing->destroy(b);
   arena.table().erase(b->va, b->mapped);

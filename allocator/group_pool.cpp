@@ -49,7 +49,7 @@ Group* GroupPool::take(std::uint32_t count, std::size_t bytes, const BlockStates
   s->group.untouched.store(0, std::memory_order_relaxed);
   s->group.fence.store(0, std::memory_order_relaxed);
   // A use record is resident for as long as its group lives: launches pin it.
-  assert(s->record.nuses == 0 && s->record.pins.load() == 0);
+  assert(s->record.no_uses() && s->record.pins.load() == 0);
   s->record.group = &s->group;
   s->record.captured = false;
   s->record.ready.store(nullptr, std::memory_order_relaxed);

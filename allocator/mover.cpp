@@ -109,7 +109,7 @@ SpillResult Mover::spill(Block* b, bool* launch_held) noexcept {
     spills_failed_.fetch_add(1, std::memory_order_relaxed);
     return SpillResult::Failed;
   }
-  UseSlot uses[2 * kMaxUseSlots];  // the block's, and its group's
+  UseSlot uses[2 * kMaxUses];  // the block's, and its group's
   int nuses = 0;
   SpillResult r = claim_for_spill(op, uses, &nuses, launch_held);
   if (r != SpillResult::Started) {

@@ -84,7 +84,7 @@ class SlabPools {
     std::uint32_t idx = 0;
     CUstream freed_on = nullptr;
     int nuses = 0;
-    UseSlot uses[kMaxUseSlots];
+    UseSlot uses[kMaxUses];
   };
   struct Pool {
     SlabList slabs;

@@ -44,11 +44,24 @@ UseEvent* UseTracker::pop_free_locked() noexcept {
   UseEvent* e = free_;
   if (e != nullptr) {
     free_ = e->next_free;
-    e->refs.store(1, std::memory_order_relaxed);
+    e->pooled = false;
+    // An add: a launch may hold a reference it is about to give back (block.h).
+    e->refs.fetch_add(1, std::memory_order_relaxed);
     e->phase.store(UsePhase::Recorded, std::memory_order_relaxed);
+    e->stamp.store(0, std::memory_order_relaxed);
     e->on = nullptr;
   }
   return e;
+}
+
+void UseTracker::push_free_locked(UseEvent* e) noexcept {
+  // Taken again since its count reached 0 (a launch's brief reference, a
+  // reader that found it in a lazy use just given up), or pooled already by
+  // whoever dropped that reference: its last holder pools it.
+  if (e->refs.load(std::memory_order_acquire) != 0 || e->pooled) return;
+  e->pooled = true;
+  e->next_free = free_;
+  free_ = e;
 }
 
 UseEvent* UseTracker::acquire() noexcept {
@@ -67,17 +80,13 @@ UseEvent* UseTracker::acquire() noexcept {
 
 void UseTracker::unref_locked(UseEvent* e, int n) noexcept {
   if (e == nullptr || n == 0 || unrecorded(e)) return;
-  if (e->refs.fetch_sub(n, std::memory_order_acq_rel) == n) {
-    e->next_free = free_;
-    free_ = e;
-  }
+  if (e->refs.fetch_sub(n, std::memory_order_acq_rel) == n) push_free_locked(e);
 }
 
-void UseTracker::unref(UseEvent* e) noexcept {
-  if (e == nullptr || unrecorded(e) || e->refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
+void UseTracker::unref(UseEvent* e, int n) noexcept {
+  if (e == nullptr || n == 0 || unrecorded(e) || e->refs.fetch_sub(n, std::memory_order_acq_rel) != n) return;
   std::lock_guard<RankedMutex> g(mu_);
-  e->next_free = free_;
-  free_ = e;
+  push_free_locked(e);
 }
 
 bool UseTracker::Chain::has(const UseEvent* e) const noexcept {
@@ -115,6 +124,7 @@ std::size_t UseTracker::store_locked(std::span<Block* const> blocks, std::size_t
   // one atomic add for `e`, one subtraction per run of equal events given
   // up. Safe under mu_: no other thread sees these slots before it is
   // released, and the caller holds a reference to `e` throughout.
+  assert(e->phase.load(std::memory_order_relaxed) != UsePhase::Open);  // lazy uses are Block::lazy
   int taken = 0;
   UseEvent* dropping = nullptr;
   int dropped = 0;
@@ -134,14 +144,6 @@ std::size_t UseTracker::store_locked(std::span<Block* const> blocks, std::size_t
     Block* b = blocks[i];
     assert(b->nuses >= 0 && b->nuses <= kMaxUseSlots);
     const int slot = slot_of(b, s);
-    const bool open = e->phase.load(std::memory_order_relaxed) == UsePhase::Open;
-    if (slot >= 0 && b->uses[slot].ev == e) {
-      // The stream's open event again (lazy): recorded after this use too,
-      // so the slot stands as it is (retire_completed still matches it).
-      b->last_use.store(now, std::memory_order_relaxed);
-      b->lazy_open.store(open ? e : nullptr, std::memory_order_release);
-      continue;
-    }
     if (slot >= 0) {
       drop(b->uses[slot].ev);
       b->uses[slot] = UseSlot{s, e, now};
@@ -160,7 +162,6 @@ std::size_t UseTracker::store_locked(std::span<Block* const> blocks, std::size_t
     }
     ++taken;
     b->last_use.store(now, std::memory_order_relaxed);
-    b->lazy_open.store(open ? e : nullptr, std::memory_order_release);  // the slot holds `e` now
   }
   settle_counts();
   return blocks.size();
@@ -178,16 +179,81 @@ bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream
   // The rescue's coldest-first order: as recent as the last recorded use.
   // Stored only where it differs (the clock moves only at eager records), so
   // that launches on other threads naming the same weights do not bounce
-  // their lines. In the same pass as the look at each block's open event:
-  // a block looked at before one that holds another event may have its
-  // recency raised for nothing, which the locked way that follows does too.
+  // their lines.
   const std::uint64_t last = clock_.load(std::memory_order_relaxed);
-  for (Block* b : blocks) {
-    if (b->lazy_open.load(std::memory_order_acquire) != e) return false;
+  const std::size_t n = blocks.size();
+  std::size_t first = n;  // the first block whose lazy use is not `e`
+  for (std::size_t i = 0; i < n; ++i) {
+    Block* b = blocks[i];
     if (b->last_use.load(std::memory_order_relaxed) != last) b->last_use.store(last, std::memory_order_relaxed);
+    if (first == n && b->lazy.load(std::memory_order_acquire) != e) first = i;
+  }
+  if (first < n) {
+    // The references of the lazy uses about to hold `e` are counted before
+    // any does (a reader may take one and drop it meanwhile). `e` may have
+    // been recorded and pooled since it was read: once counted, it is still
+    // this stream's open event, or the launch takes the locked way.
+    const int held = static_cast<int>(n - first);
+    ref(e, held);
+    if (st->open_now.load(std::memory_order_seq_cst) != e) {
+      unref(e, held);
+      return false;
+    }
+    repoint(blocks.subspan(first), e, held);
   }
   st->unlocked_uses.store(st->unlocked_uses.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
   return true;
+}
+
+void UseTracker::repoint(std::span<Block* const> blocks, UseEvent* e, int held) noexcept {
+  const std::uint64_t stamp = e->stamp.load(std::memory_order_relaxed);
+  int used = 0;
+  // Events given up, one subtraction per run of equal ones (the blocks a
+  // launch names were mostly named together last time).
+  UseEvent* dropping = nullptr;
+  int dropped = 0;
+  for (Block* b : blocks) {
+    UseEvent* was = b->lazy.load(std::memory_order_acquire);
+    do {
+      if (was == e) break;
+    } while (!b->lazy.compare_exchange_weak(was, e, std::memory_order_acq_rel, std::memory_order_acquire));
+    if (was == e) continue;
+    ++used;
+    if (was == nullptr) continue;
+    // The lazy use's reference to `was` is ours now: it cannot be pooled and
+    // stamped afresh while it is looked at.
+    if (!opened_before(was->stamp.load(std::memory_order_relaxed), stamp)) {
+      absorb(b, was);  // another stream's use, or a newer one of this stream (a racing launch)
+      continue;
+    }
+    // An older open event of this stream: `e` is recorded after it.
+    if (was != dropping) {
+      unref(dropping, dropped);
+      dropping = was;
+      dropped = 0;
+    }
+    ++dropped;
+  }
+  unref(dropping, dropped);
+  assert(used <= held);
+  unref(e, held - used);
+}
+
+void UseTracker::absorb(Block* b, UseEvent* x) noexcept {
+  {
+    std::lock_guard<RankedMutex> g(mu_);
+    if (b->nuses < kMaxUseSlots) {
+      // A second slot of one stream may result: each is a use, both waited for.
+      b->uses[b->nuses++] = UseSlot{x->on, x, clock_.fetch_add(1, std::memory_order_relaxed) + 1};
+      return;
+    }
+  }
+  // Every slot taken (8 streams): the host waits for it, as for a slot a
+  // racing recorder displaced (record_now).
+  UseSlot u{x->on, x, 0};
+  settle(&u);
+  (void)wait_host(u);
+  unref(u.ev);
 }
 
 CUresult UseTracker::record(std::span<Block* const> blocks, CUstream s, bool lazy) noexcept {
@@ -246,42 +312,36 @@ CUresult UseTracker::record_now(std::span<Block* const> blocks, CUstream s) noex
 CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s, std::uint64_t now) noexcept {
   OpenStream* st = open_stream(s);
   if (st == nullptr && (st = claim_open_stream(s)) == nullptr) return record_now(blocks, s);
-  std::unique_lock<RankedMutex> g(st->mu);
-  if (st->key.load(std::memory_order_relaxed) != s) {  // destroyed and claimed again meanwhile
-    g.unlock();
-    return record_now(blocks, s);
-  }
-  if (st->open == nullptr) {
-    UseEvent* e = acquire();
-    if (e == nullptr) {
+  UseEvent* e = nullptr;
+  const int held = static_cast<int>(blocks.size());
+  {
+    std::unique_lock<RankedMutex> g(st->mu);
+    if (st->key.load(std::memory_order_relaxed) != s) {  // destroyed and claimed again meanwhile
       g.unlock();
       return record_now(blocks, s);
     }
-    e->on = s;
-    e->phase.store(UsePhase::Open, std::memory_order_release);
-    st->open = e;
-    st->open_now.store(e, std::memory_order_release);
-  }
-  bool stored = false;
-  {
-    std::lock_guard<RankedMutex> u(mu_);
-    // A block whose slots are all other streams' needs the chain: the eager way.
-    bool full = false;
-    for (Block* b : blocks) full |= b->nuses == kMaxUseSlots && slot_of(b, s) < 0;
-    if (!full) {
-      UseSlot late;
-      (void)store_locked(blocks, 0, s, st->open, Chain{}, &late);
-      assert(late.ev == nullptr);  // no slot was full, under the same lock
-      stored = true;
+    if (st->open == nullptr) {
+      UseEvent* o = acquire();
+      if (o == nullptr) {
+        g.unlock();
+        return record_now(blocks, s);
+      }
+      o->on = s;
+      o->stamp.store(std::uint64_t{st->serial} << 32 | ++st->opened, std::memory_order_relaxed);
+      o->phase.store(UsePhase::Open, std::memory_order_release);
+      st->open = o;
+      st->open_now.store(o, std::memory_order_release);
     }
+    // Open now, under the stream's lock: its record comes after the launch,
+    // even where it is the one just below. The references of the lazy uses
+    // that will hold it are counted first (repoint gives back the unused).
+    e = st->open;
+    ref(e, held);
+    ++st->lazy_uses;
+    if (now - st->recorded_at.load(std::memory_order_relaxed) >= launcher_window(s))
+      record_open_locked(*st, /*launcher=*/true);
   }
-  if (!stored) {
-    g.unlock();
-    return record_now(blocks, s);
-  }
-  ++st->lazy_uses;
-  if (now - st->recorded_at.load(std::memory_order_relaxed) >= launcher_window(s))
-    record_open_locked(*st, /*launcher=*/true);
+  repoint(blocks, e, held);
   return CUDA_SUCCESS;
 }
 
@@ -323,6 +383,9 @@ UseTracker::OpenStream* UseTracker::claim_open_stream(CUstream s) noexcept {
     std::lock_guard<RankedMutex> l(st.mu);
     if (st.key.load(std::memory_order_relaxed) != nullptr) continue;  // its flush is under way
     assert(st.open == nullptr);
+    if (++claims_ == 0) ++claims_;  // 0 stamps no open event
+    st.serial = claims_;
+    st.opened = 0;
     st.recorded_at.store(0, std::memory_order_relaxed);
     st.key.store(s, std::memory_order_release);
     return &st;
@@ -408,7 +471,6 @@ CUresult UseTracker::mark_unrecorded(std::span<Block* const> blocks, CUstream s)
       std::lock_guard<RankedMutex> g(mu_);
       const UseSlot mark{s, &unrecorded_, clock_.fetch_add(1, std::memory_order_relaxed) + 1};
       const int slot = slot_of(b, s);
-      b->lazy_open.store(nullptr, std::memory_order_release);
       if (slot >= 0) {
         unref_locked(b->uses[slot].ev);  // the stream's idleness implies it
         b->uses[slot] = mark;
@@ -509,7 +571,7 @@ bool UseTracker::completed(const UseSlot& u) noexcept {
 }
 
 CUresult UseTracker::wait_all(Block* b) noexcept {
-  UseSlot uses[kMaxUseSlots];
+  UseSlot uses[kMaxUses];
   const int n = take_refs(b, uses);
   CUresult r = CUDA_SUCCESS;
   for (int i = 0; i < n; ++i) {
@@ -521,17 +583,18 @@ CUresult UseTracker::wait_all(Block* b) noexcept {
 
 int UseTracker::recorded(const Block* b) noexcept {
   std::lock_guard<RankedMutex> g(mu_);
-  return b->nuses;
+  return b->nuses + (b->lazy.load(std::memory_order_acquire) != nullptr ? 1 : 0);
 }
 
 CUresult UseTracker::forget(Block* b, bool synchronize) noexcept {
-  UseSlot uses[kMaxUseSlots];
+  UseSlot uses[kMaxUses];
   int n = 0;
   {
     std::lock_guard<RankedMutex> g(mu_);
     for (; n < b->nuses; ++n) uses[n] = b->uses[n];
     b->nuses = 0;
-    b->lazy_open.store(nullptr, std::memory_order_release);
+    // Its reference passes to us.
+    if (UseEvent* x = b->lazy.exchange(nullptr, std::memory_order_acq_rel)) uses[n++] = UseSlot{x->on, x, kLazyUse};
   }
   CUresult r = CUDA_SUCCESS;
   for (int i = 0; i < n; ++i) {
@@ -545,10 +608,19 @@ CUresult UseTracker::forget(Block* b, bool synchronize) noexcept {
 }
 
 bool UseTracker::retire_completed(Block* b) noexcept {
-  UseSlot seen[kMaxUseSlots];
-  bool done[kMaxUseSlots] = {};
-  const int n = take_refs(b, seen);
-  for (int i = 0; i < n; ++i) done[i] = completed(seen[i]);
+  UseSlot seen[kMaxUses];
+  bool done[kMaxUses] = {};
+  UseEvent* lazy = nullptr;  // the lazy use seen, before a settle may mark it unrecorded
+  int n = 0;
+  {
+    std::lock_guard<RankedMutex> g(mu_);
+    n = copy_refs(b, seen, nullptr);
+    if (n > 0 && seen[n - 1].at == kLazyUse) lazy = seen[n - 1].ev;
+  }
+  for (int i = 0; i < n; ++i) {
+    settle(&seen[i]);
+    done[i] = completed(seen[i]);
+  }
   int left = 0;
   {
     std::lock_guard<RankedMutex> g(mu_);
@@ -560,8 +632,13 @@ bool UseTracker::retire_completed(Block* b) noexcept {
       if (complete) unref_locked(b->uses[i].ev);
       else b->uses[kept++] = b->uses[i];
     }
-    b->nuses = left = kept;
-    b->lazy_open.store(nullptr, std::memory_order_release);
+    // The lazy use, unless a launch re-pointed it since (a use after the
+    // one found complete): our reference kept `lazy` from being pooled and
+    // stamped afresh meanwhile, so the same event is the same use.
+    if (lazy != nullptr && done[n - 1] && b->lazy.compare_exchange_strong(lazy, nullptr, std::memory_order_acq_rel))
+      unref_locked(lazy);
+    b->nuses = kept;
+    left = kept + (b->lazy.load(std::memory_order_acquire) != nullptr ? 1 : 0);
   }
   for (int i = 0; i < n; ++i) unref(seen[i].ev);
   return left == 0;
@@ -569,13 +646,12 @@ bool UseTracker::retire_completed(Block* b) noexcept {
 
 bool UseTracker::idle(const Block* b) noexcept {
   std::lock_guard<RankedMutex> g(mu_);
-  return b->nuses == 0;
+  return b->no_uses();
 }
 
 bool UseTracker::try_adopt(Block* b, CUstream s, UseEvent* e) noexcept {
   std::lock_guard<RankedMutex> g(mu_);
   if (b->nuses == kMaxUseSlots) return false;
-  b->lazy_open.store(nullptr, std::memory_order_release);
   b->uses[b->nuses++] = UseSlot{s, e, clock_.fetch_add(1, std::memory_order_relaxed) + 1};
   return true;
 }

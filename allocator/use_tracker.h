@@ -1,7 +1,8 @@
 // Which work may still use each block: per block, one slot per stream holding
-// the event recorded after that stream's last use. A spill's copy waits on
-// them, a cached block reused on another stream waits on them, and a remap
-// waits for them on the host. Events are pooled and reference-counted: one
+// the event recorded after that stream's last use, and its lazy use (below).
+// A spill's copy waits on them, a cached block reused on another stream
+// waits on them, and a remap waits for them on the host. Events are pooled
+// and reference-counted: one
 // event is shared by every block a launch named. A use whose event could not
 // be made or recorded is stored as the unrecorded marker: it is complete
 // only once its stream is idle, so the block never looks idle before. Also
@@ -24,13 +25,19 @@
 // first (flush): a capture never holds an event of ours. Per-thread default
 // streams are never lazy (no other thread can name them).
 //
-// A launch whose blocks all hold their stream's open event already (what a
-// training job's weights do, launch after launch) stores nothing: it checks,
-// without a lock, that the event is still open (OpenStream::open_now, which
-// a record clears before it records, so the record comes after the launch)
-// and that each block's slot holds it (Block::lazy_open, cleared by any other
-// change of the block's slots), while the window has not passed (once it
-// has, the locked path records the event).
+// A block's lazy use is not one of its slots but its own field
+// (Block::lazy), so that a launch records it without a lock: it reads its
+// stream's open event once the launch is enqueued (OpenStream::open_now,
+// which a record clears before it records, so the record comes after the
+// launch), and points each block's lazy use at it with a compare and swap,
+// unless it does already (what a training job's weights do, launch after
+// launch: nothing is stored then). The event a block gives up is an older
+// open event of the same stream, which the new one's record follows: its
+// reference goes, one subtraction per run of equal events; anything else
+// given up (another stream's lazy use, or a newer one a racing launch
+// stored) moves into the block's slots. The locked way (the stream's lock)
+// is left for opening an event, recording one whose window passed, and a
+// stream not yet in the table.
 //
 // Where a background thread records aged events (the policy thread calls
 // record_aged() at each turn, every 50 us at most while launches come), a
@@ -81,7 +88,7 @@ class UseTracker {
   static void ref(UseEvent* e, int n = 1) noexcept {
     if (n != 0 && !unrecorded(e)) e->refs.fetch_add(n, std::memory_order_relaxed);
   }
-  void unref(UseEvent* e) noexcept;
+  void unref(UseEvent* e, int n = 1) noexcept;
   // The marker of a use no event stands for (never pooled, never counted).
   static bool unrecorded(const UseEvent* e) noexcept { return e == &unrecorded_; }
   // A use on `s` no event stands for: waited for through its stream.
@@ -182,6 +189,7 @@ class UseTracker {
   CUevent take_timing_event() noexcept;  // from the pool, else a new one; null when none
   // The block's uses on streams other than `except`, each with a reference
   // (the caller holds mu_, or owns the block), not yet settled.
+  // The lazy use comes last, marked kLazyUse.
   static int copy_refs(const Block* b, UseSlot* out, CUstream except) noexcept {
     int n = 0;
     for (int i = 0; i < b->nuses; ++i)
@@ -189,8 +197,16 @@ class UseTracker {
         ref(b->uses[i].ev);
         out[n++] = b->uses[i];
       }
+    // Under mu_ a lazy use just given up is not pooled before this reference
+    // is counted (push_free_locked looks again); an owned block has no launch.
+    if (UseEvent* x = b->lazy.load(std::memory_order_acquire); x != nullptr && (except == nullptr || x->on != except)) {
+      ref(x);
+      out[n++] = UseSlot{x->on, x, kLazyUse};
+    }
     return n;
   }
+  // The `at` of a lazy use handed out (no slot's: the use clock starts at 1).
+  static constexpr std::uint64_t kLazyUse = UINT64_MAX;
   static constexpr int kOpenStreams = 64;
   // A stream whose launches record lazily: its open event.
   struct OpenStream {
@@ -209,6 +225,9 @@ class UseTracker {
     // (written under mu, read by the unlocked path too).
     std::atomic<std::uint64_t> recorded_at{0};
     std::uint64_t lazy_uses = 0, records = 0;  // under mu; kept when the slot passes to another stream
+    // Which claim of the slot this is (never 0) and how many events it
+    // opened: the stamp of its open events (UseEvent::stamp; under mu).
+    std::uint32_t serial = 0, opened = 0;
   };
   static std::size_t home_of(CUstream s) noexcept;
   OpenStream* open_stream(CUstream s) noexcept;  // null when it has none
@@ -226,12 +245,21 @@ class UseTracker {
   std::uint64_t launcher_window(CUstream s) const noexcept {
     return background_.load(std::memory_order_relaxed) && s != CU_STREAM_LEGACY ? background_window_ : window_;
   }
-  // Every block holds `s`'s open event already, and the window has not
-  // passed: nothing to store, no lock.
+  // The launch path's lazy use, without a lock (see above); false where the
+  // locked way must do it (no event open, its window passed, the stream not
+  // in the table), nothing changed then.
   // Inline into record(), the launch path's one call here (defined there).
   [[gnu::always_inline]] inline bool record_lazily_unlocked(std::span<Block* const> blocks, CUstream s,
                                                             std::uint64_t now) noexcept;
   CUresult record_now(std::span<Block* const> blocks, CUstream s) noexcept;
+  // Points each block's lazy use at `e`, an open event (or one just
+  // recorded) its stream's launch came before, for which the caller counted
+  // `held` references (the unused are given back).
+  void repoint(std::span<Block* const> blocks, UseEvent* e, int held) noexcept;
+  // A lazy use given up that `e`'s record does not follow: into the block's
+  // slots (our reference passes to its slot), or waited for on the host
+  // where all 8 are taken.
+  void absorb(Block* b, UseEvent* x) noexcept;
 
   static constexpr int kMaxChain = 16;
   // Events a stream waits on before its use is recorded: the oldest slot of
@@ -242,6 +270,7 @@ class UseTracker {
     bool has(const UseEvent* e) const noexcept;
   };
   UseEvent* pop_free_locked() noexcept;
+  void push_free_locked(UseEvent* e) noexcept;  // unless referenced again or pooled
   // Drops `n` references to `e` (none: null or n 0), under mu_.
   void unref_locked(UseEvent* e, int n = 1) noexcept;
   void collect_chain_locked(std::span<Block* const> blocks, CUstream s, Chain* c) noexcept;
@@ -261,6 +290,7 @@ class UseTracker {
   std::deque<UseEvent> storage_;     // type-stable: events are never deleted
   std::vector<CUevent> timing_free_;
   RankedMutex open_table_mu_{kRankOpenTable, "alloc.open_table"};
+  std::uint32_t claims_ = 0;  // under open_table_mu_
   OpenStream open_[kOpenStreams];
   CUstream legacy_proxy_ = nullptr;  // blocking: runs after the legacy stream's earlier work
   // How long an open event may gather lazy uses before a launch records it:

@@ -21,6 +21,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -42,6 +43,7 @@ struct Setup {
   CUfunction f = nullptr;
   CUfunction busy = nullptr;  // no parameters, 2 ms modeled: longer than a round of launches
   Engine* engine = nullptr;
+  CUcontext ctx = nullptr;
 };
 
 const Setup& setup() {
@@ -60,6 +62,7 @@ const Setup& setup() {
       std::abort();
     r.engine = Engine::start();
     if (!r.engine) std::abort();
+    r.ctx = ctx;
     return r;
   }();
   return s;
@@ -391,6 +394,71 @@ void BM_LaunchHookAddedRotating(benchmark::State& st) {
   });
 }
 
+// BM_HookWorkOnly with BM_LaunchHookAddedRotating's launches: each names the
+// next 8 of the first N live blocks in turn. The hook's own work, no driver
+// launch and no other thread in the way (under the reactive policy): where
+// a change to the use record shows with the least noise. Under the planner
+// a tight loop outruns the policy thread (BM_HookWorkInBursts says why).
+void BM_HookWorkOnlyRotating(benchmark::State& st) {
+  const Setup& s = setup();
+  CUdeviceptr ptrs[8];
+  void* params[8];
+  if (!fits(st, static_cast<size_t>(st.range(0)))) return;
+  launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
+  if (s.engine->allocator_stats().spill_asked) {
+    st.SkipWithError("a spill was asked for earlier in this process (this runs before moving:1)");
+    return;
+  }
+  const std::vector<CUdeviceptr>& live = blocks(static_cast<size_t>(st.range(0)));
+  const std::size_t n = static_cast<std::size_t>(st.range(0));
+  std::size_t next = 0;
+  auto call = [] { return CUDA_SUCCESS; };
+  for (auto _ : st) {
+    for (std::size_t i = 0; i < 8; ++i) ptrs[i] = live[(next + i) % n] + 256;
+    next = (next + 8) % n;
+    if (s.engine->launch(s.f, nullptr, params, nullptr, call)) std::abort();
+  }
+  cuCtxSynchronize();
+}
+
+// BM_HookWorkOnlyRotating on several threads at once, each on a stream of
+// its own naming blocks of its own (the first thread the first N live
+// blocks, the next the N after them): what one thread's launch record costs
+// the others, through whatever the threads share (a lock, a counter's line).
+// Time per launch of one thread; compare with BM_HookWorkOnlyRotating.
+void BM_HookWorkOnlyRotatingThreads(benchmark::State& st) {
+  const Setup& s = setup();
+  const std::size_t n = static_cast<std::size_t>(st.range(0));
+  const std::size_t threads = static_cast<std::size_t>(st.threads());
+  if (!fits(st, n * threads)) return;
+  // Made by the thread that gets here first; the others find them made.
+  static std::mutex making;
+  const std::vector<CUdeviceptr>& live = [&]() -> const std::vector<CUdeviceptr>& {
+    std::lock_guard<std::mutex> g(making);
+    return blocks(n * threads);
+  }();
+  if (live.size() < n * threads || s.engine->allocator_stats().spill_asked) {
+    st.SkipWithError("too few live blocks, or a spill was asked for earlier (this runs before moving:1)");
+    return;
+  }
+  if (cuCtxSetCurrent(s.ctx)) std::abort();
+  CUstream stream;
+  if (cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING)) std::abort();
+  CUdeviceptr ptrs[8];
+  void* params[8];
+  for (int i = 0; i < 8; ++i) params[i] = &ptrs[i];
+  const std::size_t base = static_cast<std::size_t>(st.thread_index()) * n;
+  std::size_t next = 0;
+  auto call = [] { return CUDA_SUCCESS; };
+  for (auto _ : st) {
+    for (std::size_t i = 0; i < 8; ++i) ptrs[i] = live[base + (next + i) % n] + 256;
+    next = (next + 8) % n;
+    if (s.engine->launch(s.f, stream, params, nullptr, call)) std::abort();
+  }
+  cuStreamSynchronize(stream);
+  cuStreamDestroy(stream);
+}
+
 // The same 8-pointer launch timed as BM_LaunchHookAdded's halves are, direct
 // in both: what the harness itself adds to the hooked half, which is 0
 // within a nanosecond when the two halves are measured alike (it was 29 ns
@@ -575,6 +643,8 @@ BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights", "moving"})
     ->Args({100, 1, 0})->Args({1000, 1, 0})->Args({10000, 1, 0})
     ->Args({100000, 1, 0})->Iterations(200);
 BENCHMARK(BM_LaunchHookAddedRotating)->ArgName("live")->Arg(100)->Arg(1000)->Arg(10000)->Iterations(200);
+BENCHMARK(BM_HookWorkOnlyRotating)->ArgName("live")->Arg(100)->Arg(1000)->Arg(10000);
+BENCHMARK(BM_HookWorkOnlyRotatingThreads)->ArgName("live")->Arg(100)->Arg(1000)->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights", "moving"})
     ->Args({100, 0, 1})->Args({1000, 0, 1})->Args({10000, 0, 1})
     ->Args({100000, 0, 1})->Iterations(200);

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <thread>
 
 #include "allocator/capture_gate.h"
@@ -1171,11 +1172,11 @@ TEST_P(LazyUses, AnAgedOpenEventIsRecordedInTheBackgroundNotByTheLaunch) {
   CU_OK(cuStreamDestroy(s));
 }
 
-// A lazy use stores its stream's open event in each block's slot, giving up
-// the event the slot held: references are counted once per event, not once
-// per block (use_tracker.cpp, store_locked). Each event's count is the
-// slots that hold it, whatever runs of equal events the blocks held before,
-// and one given up by every slot is back in the pool.
+// A lazy use points each block's lazy use at its stream's open event, giving
+// up the event it held: references are counted once per event, not once per
+// block (use_tracker.cpp, repoint). Each event's count is the lazy uses that
+// hold it, whatever runs of equal events the blocks held before, and one
+// given up by every block is back in the pool.
 TEST_P(LazyUses, EachEventCountsTheSlotsThatHoldIt) {
   Options o;
   o.lazy_use_window_ns = 10'000'000'000;  // no record by a launch: the test flushes
@@ -1184,11 +1185,7 @@ TEST_P(LazyUses, EachEventCountsTheSlotsThatHoldIt) {
   for (int i = 0; i < 8; ++i) bs.push_back(alloc(*a, MiB));
   CUstream s;
   CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
-  auto held = [&](int i) -> UseEvent* {
-    for (int k = 0; k < bs[i]->nuses; ++k)
-      if (bs[i]->uses[k].stream == s) return bs[i]->uses[k].ev;
-    return nullptr;
-  };
+  auto held = [&](int i) -> UseEvent* { return bs[i]->lazy.load(); };
   // Records `which` lazily, then the open event (which then holds no
   // reference of the stream's): the event they all hold now.
   auto use = [&](std::initializer_list<int> which) {
@@ -1216,6 +1213,106 @@ TEST_P(LazyUses, EachEventCountsTheSlotsThatHoldIt) {
     EXPECT_NE(e, e4);
     EXPECT_EQ(refs(e), 0) << "an event no slot holds is back in the pool";
   }
+  for (Block* b : bs) CU_OK(a->free(b->va, s));
+  CU_OK(cuStreamSynchronize(s));
+  CU_OK(cuStreamDestroy(s));
+}
+
+// A block's lazy use is one field (Block::lazy): a lazy use on another
+// stream takes it, and the first stream's use moves into the block's slots,
+// where a spill's copy still waits for it (the held kernel's bytes are what
+// goes to the host and comes back).
+TEST_P(LazyUses, AnotherStreamsLazyUseMovesIntoTheSlots) {
+  auto a = make_lazy();
+  Block* b = alloc(*a, 8 * MiB);
+  CUstream s1, s2;
+  CU_OK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  CU_OK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  late_gate() = false;
+  CU_OK(fill_late_lazily(*a, b, s1, 60));  // held at the gate
+  UseEvent* e1 = b->lazy.load();
+  ASSERT_NE(e1, nullptr);
+  Block* bs[1] = {b};
+  CU_OK(a->ensure_resident(bs, s2));
+  CU_OK(a->record_use(bs, s2, /*capturing=*/false, /*lazy=*/true));
+  a->release(bs);
+  EXPECT_NE(b->lazy.load(), e1) << "the use on s2 is the block's lazy use now";
+  ASSERT_EQ(b->nuses, 1);
+  EXPECT_EQ(b->uses[0].stream, s1);
+  EXPECT_EQ(b->uses[0].ev, e1) << "the use on s1 moved into a slot";
+  spill_while_held_then_check(*a, b, s1, 60);
+  CU_OK(a->free(b->va, s1));
+  CU_OK(cuCtxSynchronize());
+  CU_OK(cuStreamDestroy(s1));
+  CU_OK(cuStreamDestroy(s2));
+}
+
+// Threads record lazy uses of the same blocks on one stream at once while
+// another records the stream's open event again and again: each launch
+// re-points the blocks' lazy uses without a lock (use_tracker.h). No
+// reference is lost or counted twice (each event's count is the lazy uses
+// holding it, and the pool still hands out working events), and the last
+// launch's event is every block's.
+TEST_P(LazyUses, LaunchesRacingOnOneStreamLoseNoUse) {
+  auto a = make_lazy();
+  std::vector<Block*> bs;
+  for (int i = 0; i < 12; ++i) bs.push_back(alloc(*a, MiB));
+  CUstream s;
+  CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  std::atomic<bool> stop{false};
+  std::atomic<int> failures{0};
+  std::thread recorder([&] {
+    Env::get().bind();
+    while (!stop.load()) a->flush_uses(s);
+  });
+  std::vector<std::thread> launchers;
+  std::atomic<int> ready{0};
+  for (int t = 0; t < 3; ++t)
+    launchers.emplace_back([&] {
+      Env::get().bind();
+      ready.fetch_add(1);
+      while (ready.load() < 3) {
+      }
+      for (int i = 0; i < 40000; ++i) {
+        // Overlapping windows of 8 of the 12 blocks.
+        std::vector<Block*> named;
+        for (int k = 0; k < 8; ++k) named.push_back(bs[(i + k) % bs.size()]);
+        if (a->record_use(named, s, /*capturing=*/false, /*lazy=*/true) != CUDA_SUCCESS) failures.fetch_add(1);
+      }
+    });
+  for (std::thread& l : launchers) l.join();
+  stop = true;
+  recorder.join();
+  EXPECT_EQ(failures.load(), 0);
+  a->flush_uses(s);  // no open event holds a reference of the stream's now
+  // A newer event a racing launch stored and a slower one displaced moved
+  // into the block's slots: those hold references too.
+  auto holders = [&] {
+    std::map<const UseEvent*, int> n;
+    for (Block* b : bs) {
+      ++n[b->lazy.load()];
+      for (int k = 0; k < b->nuses; ++k) ++n[b->uses[k].ev];
+    }
+    return n;
+  };
+  const std::map<const UseEvent*, int> raced = holders();
+  EXPECT_EQ(raced.count(nullptr), 0u) << "a block lost its lazy use";
+  for (const auto& [e, n] : raced) {
+    if (e != nullptr) {
+      EXPECT_EQ(e->refs.load(), n) << "an event's count is the uses holding it";
+    }
+  }
+  EXPECT_EQ(a->record_use(bs, s, /*capturing=*/false, /*lazy=*/true), CUDA_SUCCESS);
+  a->flush_uses(s);
+  const UseEvent* last = bs[0]->lazy.load();
+  for (Block* b : bs) EXPECT_EQ(b->lazy.load(), last);
+  const std::map<const UseEvent*, int> after = holders();
+  for (const auto& [e, n] : raced) {
+    if (e != last && after.count(e) == 0) {
+      EXPECT_EQ(e->refs.load(), 0) << "an event nothing holds is back in the pool";
+    }
+  }
+  for (const auto& [e, n] : after) EXPECT_EQ(e->refs.load(), n);
   for (Block* b : bs) CU_OK(a->free(b->va, s));
   CU_OK(cuStreamSynchronize(s));
   CU_OK(cuStreamDestroy(s));

@@ -60,11 +60,31 @@ enum class UsePhase : std::uint8_t {
 };
 struct UseEvent {
   CUevent ev = nullptr;
+  // References: the slots and lazy fields holding it, a stream's open event,
+  // callers'. A launch may briefly count one on an event it read as its
+  // stream's open one and find it is not (UseTracker::record_lazily_unlocked):
+  // so the pool takes an event only at 0 and not already in it (`pooled`),
+  // and hands one out with an add, never a store.
   std::atomic<int> refs{0};
   std::atomic<UsePhase> phase{UsePhase::Recorded};
   CUstream on = nullptr;  // the stream an open event will be recorded on (fixed while referenced)
+  // Which stream's open event it was and when: the stream's claim serial in
+  // the high half, the stream's count of open events in the low half (0:
+  // never an open event). Fixed while referenced; read by launches holding
+  // a reference, to tell an older open event of their stream from anything
+  // else.
+  std::atomic<std::uint64_t> stamp{0};
+  bool pooled = false;  // in the free list (alloc.uses)
   UseEvent* next_free = nullptr;
 };
+
+// Whether `older` is an open event its stream opened before `newer` (both
+// stamped by the same claim of one stream; counts compared modulo 2^32, so
+// one that wrapped reads as not older: it is kept, never dropped).
+constexpr bool opened_before(std::uint64_t older, std::uint64_t newer) noexcept {
+  return (older >> 32) == (newer >> 32) && (older >> 32) != 0 &&
+         static_cast<std::int32_t>(static_cast<std::uint32_t>(older) - static_cast<std::uint32_t>(newer)) < 0;
+}
 
 // The last use of a block on one stream. `ev` is the allocator's
 // unrecorded-use marker when no event could be recorded: the use is then
@@ -76,6 +96,8 @@ struct UseSlot {
 };
 
 inline constexpr int kMaxUseSlots = 8;
+// A block's uses: its slots and its lazy use (Block::lazy).
+inline constexpr int kMaxUses = kMaxUseSlots + 1;
 inline constexpr std::uint64_t kNeededOnDemand = 1;
 
 // A spilled block's bytes on the host: a host chunk (remap) or a pinned
@@ -101,11 +123,13 @@ struct alignas(64) Block {
   // to forty lines.
   CUdeviceptr va = 0;                     // identity (fixed while the block is live)
   std::atomic<UseEvent*> ready{nullptr};  // fetch event consumers must wait on
-  // The stream's open use event the block's slot for that stream holds, as
-  // the last lazy store left it; null after any other change of its slots
-  // (written under alloc.uses, read by launches: UseTracker::record_lazily's
-  // lock-free path, which stores nothing when it is the stream's open event).
-  std::atomic<UseEvent*> lazy_open{nullptr};
+  // The block's lazy use: the open event (or, once recorded, the event) of
+  // the last launch that named it lazily, one reference held; null: none.
+  // A use beside its slots, on the event's stream. Launches on that stream
+  // re-point it lock-free to their stream's newer open event (a compare and
+  // swap: the one given up is older, its stream's later record covers it);
+  // a launch on another stream moves it into the slots (under alloc.uses).
+  std::atomic<UseEvent*> lazy{nullptr};
   // Last recorded use, allocation or fetch (the use tracker's clock): the
   // rescue spills the coldest first.
   std::atomic<std::uint64_t> last_use{0};
@@ -168,6 +192,8 @@ struct alignas(64) Block {
   bi::list_member_hook<> pool_hook;     // recycled Block objects
 
   State st() const noexcept { return state.load(std::memory_order_acquire); }
+  // No use recorded (slots nor lazy use): asserted where a block is reset.
+  bool no_uses() const noexcept { return nuses == 0 && lazy.load(std::memory_order_relaxed) == nullptr; }
 };
 static_assert(offsetof(Block, slab) < 64, "the launch path's fields of a Block share its first cache line");
 static_assert(offsetof(Block, nuses) < 64 && offsetof(Block, uses) + sizeof(UseSlot) <= 128,
