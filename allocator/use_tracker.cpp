@@ -176,8 +176,8 @@ bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream
   // record comes after the launch (record_open_locked clears open_now first).
   UseEvent* e = st->open_now.load(std::memory_order_seq_cst);
   if (e == nullptr || st->key.load(std::memory_order_acquire) != s) return false;
-  // The rescue's coldest-first order: as recent as the last recorded use.
-  // Stored only where it differs (the clock moves only at eager records), so
+  // The rescue's coldest-first order: as recent as the last eager record or
+  // open event. Stored only where it differs (the clock moves only then), so
   // that launches on other threads naming the same weights do not bounce
   // their lines.
   const std::uint64_t last = clock_.load(std::memory_order_relaxed);
@@ -328,6 +328,9 @@ CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s, s
       }
       o->on = s;
       o->stamp.store(std::uint64_t{st->serial} << 32 | ++st->opened, std::memory_order_relaxed);
+      // The rescue's coldest-first order moves on once per open event: the
+      // blocks a launch names take the clock as it is (record_lazily_unlocked).
+      clock_.fetch_add(1, std::memory_order_relaxed);
       o->phase.store(UsePhase::Open, std::memory_order_release);
       st->open = o;
       st->open_now.store(o, std::memory_order_release);
@@ -337,6 +340,8 @@ CUresult UseTracker::record_lazily(std::span<Block* const> blocks, CUstream s, s
     // that will hold it are counted first (repoint gives back the unused).
     e = st->open;
     ref(e, held);
+    const std::uint64_t last = clock_.load(std::memory_order_relaxed);
+    for (Block* b : blocks) b->last_use.store(last, std::memory_order_relaxed);
     ++st->lazy_uses;
     if (now - st->recorded_at.load(std::memory_order_relaxed) >= launcher_window(s))
       record_open_locked(*st, /*launcher=*/true);

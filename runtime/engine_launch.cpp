@@ -66,12 +66,8 @@ bool Engine::collect_launch(CUfunction f, void** params, void** extra, BlockList
     if (!word) return;
     // The common word, inline: a live block of its own (collect_word's
     // first case, without its call per word).
-    if (alloc::Block* b = alloc_->lookup(word); b && !b->group && b->st() != alloc::State::Freed) {
-      // Its use slots' line, which an eager use record writes (an
-      // activation's, once spills began); a lazy one stays on the first.
-      __builtin_prefetch(&b->uses[0], 1);
+    if (alloc::Block* b = alloc_->lookup(word); b && !b->group && b->st() != alloc::State::Freed)
       return out.add(b);
-    }
     known &= collect_word(word, out);
   };
   if (params) {

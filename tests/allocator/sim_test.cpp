@@ -1247,6 +1247,27 @@ TEST_P(LazyUses, AnotherStreamsLazyUseMovesIntoTheSlots) {
   CU_OK(cuStreamDestroy(s2));
 }
 
+// The rescue spills the coldest first (Block::last_use): a block named
+// lazily after its stream's open event was recorded and another opened is
+// warmer than one named only before, though no event was recorded eagerly.
+TEST_P(LazyUses, AUseInALaterOpenEventIsWarmer) {
+  auto a = make_lazy();
+  Block* older = alloc(*a, MiB);
+  Block* newer = alloc(*a, MiB);
+  CUstream s;
+  CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  Block* both[2] = {older, newer};
+  CU_OK(a->record_use(both, s, /*capturing=*/false, /*lazy=*/true));
+  EXPECT_EQ(older->last_use.load(), newer->last_use.load());
+  a->flush_uses(s);
+  Block* one[1] = {newer};
+  CU_OK(a->record_use(one, s, /*capturing=*/false, /*lazy=*/true));
+  EXPECT_GT(newer->last_use.load(), older->last_use.load());
+  for (Block* b : both) CU_OK(a->free(b->va, s));
+  CU_OK(cuStreamSynchronize(s));
+  CU_OK(cuStreamDestroy(s));
+}
+
 // Threads record lazy uses of the same blocks on one stream at once while
 // another records the stream's open event again and again: each launch
 // re-points the blocks' lazy uses without a lock (use_tracker.h). No

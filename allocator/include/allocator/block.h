@@ -150,11 +150,9 @@ struct alignas(64) Block {
   // allocations, never an allocation itself, never spilled.
   bool slab = false;
   // Uses not yet known complete, one slot per stream (guarded by alloc.uses).
-  // Right after the launch path's fields: a launch that stores its stream's
-  // use event here (a block not named since that event opened, as most are
-  // in a training step) touches the first two lines of the block only, in a
-  // job on one stream (its slot is the first), and the second comes with the
-  // first where the hardware fetches lines in pairs.
+  // Right after the launch path's fields: an eager use record (an
+  // activation's, once spills began) touches the first two lines of the
+  // block only, in a job on one stream (its slot is the first).
   int nuses = 0;
   UseSlot uses[kMaxUseSlots];
 
@@ -197,7 +195,7 @@ struct alignas(64) Block {
 };
 static_assert(offsetof(Block, slab) < 64, "the launch path's fields of a Block share its first cache line");
 static_assert(offsetof(Block, nuses) < 64 && offsetof(Block, uses) + sizeof(UseSlot) <= 128,
-              "a launch's use record on a one-stream job's block touches its first two cache lines only");
+              "an eager use record on a one-stream job's block touches its first two cache lines only");
 
 // A large allocation tiered per granule group (Options::group_bytes, remap
 // mode): one VA range holding `count` member blocks of `unit` bytes each
