@@ -374,24 +374,39 @@ void BM_LaunchHookAdded(benchmark::State& st) {
 // event changed since the block was last named, and stores the new one.
 // Before any spill was asked for, as moving:0: its launches share their
 // stream's use event whatever the blocks' class.
-void BM_LaunchHookAddedRotating(benchmark::State& st) {
-  const Setup& s = setup();
+// The launch of the Rotating benchmarks: 8 pointers, each launch the next 8
+// of n live blocks from `base` on.
+struct Rotation {
   CUdeviceptr ptrs[8];
   void* params[8];
-  if (!fits(st, static_cast<size_t>(st.range(0)))) return;
-  launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
-  if (s.engine->allocator_stats().spill_asked) {
-    st.SkipWithError("a spill was asked for earlier in this process (this runs before moving:1)");
-    return;
+  std::size_t n = 0, base = 0, next = 0;
+  const std::vector<CUdeviceptr>* live = nullptr;
+
+  // Over the first st.range(0) live blocks (an earlier benchmark may have
+  // made more); false (the run skipped, saying why) where they do not fit
+  // or a spill was asked for.
+  bool start(benchmark::State& st, const Setup& s) {
+    n = static_cast<std::size_t>(st.range(0));
+    if (!fits(st, n)) return false;
+    launch_args(n, ptrs, params);
+    if (s.engine->allocator_stats().spill_asked) {
+      st.SkipWithError("a spill was asked for earlier in this process (this runs before moving:1)");
+      return false;
+    }
+    live = &blocks(n);
+    return true;
   }
-  // The first N of the live blocks (an earlier benchmark may have made more).
-  const std::vector<CUdeviceptr>& live = blocks(static_cast<size_t>(st.range(0)));
-  const std::size_t n = static_cast<std::size_t>(st.range(0));
-  std::size_t next = 0;
-  time_halves(st, s, params, /*hook=*/true, [&] {
-    for (std::size_t i = 0; i < 8; ++i) ptrs[i] = live[(next + i) % n] + 256;
+  void advance() {
+    for (std::size_t i = 0; i < 8; ++i) ptrs[i] = (*live)[base + (next + i) % n] + 256;
     next = (next + 8) % n;
-  });
+  }
+};
+
+void BM_LaunchHookAddedRotating(benchmark::State& st) {
+  const Setup& s = setup();
+  Rotation r;
+  if (!r.start(st, s)) return;
+  time_halves(st, s, r.params, /*hook=*/true, [&] { r.advance(); });
 }
 
 // BM_HookWorkOnly with BM_LaunchHookAddedRotating's launches: each names the
@@ -401,22 +416,12 @@ void BM_LaunchHookAddedRotating(benchmark::State& st) {
 // a tight loop outruns the policy thread (BM_HookWorkInBursts says why).
 void BM_HookWorkOnlyRotating(benchmark::State& st) {
   const Setup& s = setup();
-  CUdeviceptr ptrs[8];
-  void* params[8];
-  if (!fits(st, static_cast<size_t>(st.range(0)))) return;
-  launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
-  if (s.engine->allocator_stats().spill_asked) {
-    st.SkipWithError("a spill was asked for earlier in this process (this runs before moving:1)");
-    return;
-  }
-  const std::vector<CUdeviceptr>& live = blocks(static_cast<size_t>(st.range(0)));
-  const std::size_t n = static_cast<std::size_t>(st.range(0));
-  std::size_t next = 0;
+  Rotation r;
+  if (!r.start(st, s)) return;
   auto call = [] { return CUDA_SUCCESS; };
   for (auto _ : st) {
-    for (std::size_t i = 0; i < 8; ++i) ptrs[i] = live[(next + i) % n] + 256;
-    next = (next + 8) % n;
-    if (s.engine->launch(s.f, nullptr, params, nullptr, call)) std::abort();
+    r.advance();
+    if (s.engine->launch(s.f, nullptr, r.params, nullptr, call)) std::abort();
   }
   cuCtxSynchronize();
 }
@@ -444,16 +449,15 @@ void BM_HookWorkOnlyRotatingThreads(benchmark::State& st) {
   if (cuCtxSetCurrent(s.ctx)) std::abort();
   CUstream stream;
   if (cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING)) std::abort();
-  CUdeviceptr ptrs[8];
-  void* params[8];
-  for (int i = 0; i < 8; ++i) params[i] = &ptrs[i];
-  const std::size_t base = static_cast<std::size_t>(st.thread_index()) * n;
-  std::size_t next = 0;
+  Rotation r;
+  for (int i = 0; i < 8; ++i) r.params[i] = &r.ptrs[i];
+  r.n = n;
+  r.base = static_cast<std::size_t>(st.thread_index()) * n;
+  r.live = &live;
   auto call = [] { return CUDA_SUCCESS; };
   for (auto _ : st) {
-    for (std::size_t i = 0; i < 8; ++i) ptrs[i] = live[base + (next + i) % n] + 256;
-    next = (next + 8) % n;
-    if (s.engine->launch(s.f, stream, params, nullptr, call)) std::abort();
+    r.advance();
+    if (s.engine->launch(s.f, stream, r.params, nullptr, call)) std::abort();
   }
   cuStreamSynchronize(stream);
   cuStreamDestroy(stream);
