@@ -191,11 +191,12 @@ bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream
   if (first < n) {
     // The references of the lazy uses about to hold `e` are counted before
     // any does (a reader may take one and drop it meanwhile). `e` may have
-    // been recorded and pooled since it was read: once counted, it is still
-    // this stream's open event, or the launch takes the locked way.
+    // been recorded and pooled since it was read (even opened again, for a
+    // stream that claimed the slot since): once counted, it is still this
+    // stream's open event, or the launch takes the locked way.
     const int held = static_cast<int>(n - first);
     ref(e, held);
-    if (st->open_now.load(std::memory_order_seq_cst) != e) {
+    if (st->open_now.load(std::memory_order_seq_cst) != e || st->key.load(std::memory_order_acquire) != s) {
       unref(e, held);
       return false;
     }
