@@ -224,7 +224,7 @@ void UseTracker::repoint(std::span<Block* const> blocks, UseEvent* e, int held) 
     // The lazy use's reference to `was` is ours now: it cannot be pooled and
     // stamped afresh while it is looked at.
     if (!opened_before(was->stamp.load(std::memory_order_relaxed), stamp)) {
-      absorb(b, was);  // another stream's use, or a newer one of this stream (a racing launch)
+      absorb(b, was, e->on);  // another stream's use, or a newer one of this stream (a racing launch)
       continue;
     }
     // An older open event of this stream: `e` is recorded after it.
@@ -240,7 +240,7 @@ void UseTracker::repoint(std::span<Block* const> blocks, UseEvent* e, int held) 
   unref(e, held - used);
 }
 
-void UseTracker::absorb(Block* b, UseEvent* x) noexcept {
+void UseTracker::absorb(Block* b, UseEvent* x, CUstream s) noexcept {
   {
     std::lock_guard<RankedMutex> g(mu_);
     if (b->nuses < kMaxUseSlots) {
@@ -249,11 +249,14 @@ void UseTracker::absorb(Block* b, UseEvent* x) noexcept {
       return;
     }
   }
-  // Every slot taken (8 streams): the host waits for it, as for a slot a
-  // racing recorder displaced (record_now).
+  // Every slot taken (9 streams or more): the launch's stream waits for it
+  // on the device and an event recorded there after stands for both (the
+  // chain, as where an eager record meets full slots). The host waits only
+  // where that cannot be done: the use has no event, or a call failed.
   UseSlot u{x->on, x, 0};
   settle(&u);
-  (void)wait_host(u);
+  Block* const one[1] = {b};
+  if (unrecorded(u.ev) || record_now(one, s, u.ev) != CUDA_SUCCESS) (void)wait_host(u);
   unref(u.ev);
 }
 
@@ -270,9 +273,13 @@ CUresult UseTracker::record(std::span<Block* const> blocks, CUstream s, bool laz
   return record_lazily(blocks, s, now);
 }
 
-CUresult UseTracker::record_now(std::span<Block* const> blocks, CUstream s) noexcept {
+CUresult UseTracker::record_now(std::span<Block* const> blocks, CUstream s, UseEvent* after) noexcept {
   Chain chain;
   UseEvent* e = nullptr;
+  if (after != nullptr) {
+    ref(after);
+    chain.ev[chain.n++] = after;
+  }
   {
     std::lock_guard<RankedMutex> g(mu_);
     e = pop_free_locked();

@@ -35,7 +35,9 @@
 // open event of the same stream, which the new one's record follows: its
 // reference goes, one subtraction per run of equal events; anything else
 // given up (another stream's lazy use, or a newer one a racing launch
-// stored) moves into the block's slots. The locked way (the stream's lock)
+// stored) moves into the block's slots (where all 8 are taken, the
+// launch's stream waits for it on the device and a use event recorded
+// there after stands for both). The locked way (the stream's lock)
 // is left for opening an event, recording one whose window passed, and a
 // stream not yet in the table.
 //
@@ -251,15 +253,18 @@ class UseTracker {
   // Inline into record(), the launch path's one call here (defined there).
   [[gnu::always_inline]] inline bool record_lazily_unlocked(std::span<Block* const> blocks, CUstream s,
                                                             std::uint64_t now) noexcept;
-  CUresult record_now(std::span<Block* const> blocks, CUstream s) noexcept;
+  // Records a use event on `s` now, stored in each block's slot for `s`.
+  // `after`: a recorded event `s` waits on first, which the new event then
+  // implies (the caller keeps its reference).
+  CUresult record_now(std::span<Block* const> blocks, CUstream s, UseEvent* after = nullptr) noexcept;
   // Points each block's lazy use at `e`, an open event (or one just
   // recorded) its stream's launch came before, for which the caller counted
   // `held` references (the unused are given back).
   void repoint(std::span<Block* const> blocks, UseEvent* e, int held) noexcept;
   // A lazy use given up that `e`'s record does not follow: into the block's
-  // slots (our reference passes to its slot), or waited for on the host
-  // where all 8 are taken.
-  void absorb(Block* b, UseEvent* x) noexcept;
+  // slots (our reference passes to its slot); where all 8 are taken, the
+  // launch's stream `s` waits for it and records a use after (record_now).
+  void absorb(Block* b, UseEvent* x, CUstream s) noexcept;
 
   static constexpr int kMaxChain = 16;
   // Events a stream waits on before its use is recorded: the oldest slot of

@@ -1247,6 +1247,39 @@ TEST_P(LazyUses, AnotherStreamsLazyUseMovesIntoTheSlots) {
   CU_OK(cuStreamDestroy(s2));
 }
 
+// A block whose 8 slots hold uses of 8 streams gives up its lazy use on a
+// ninth (a late kernel held at the gate) to a lazy use on a tenth: the
+// launching thread does not wait for the held kernel (the tenth stream
+// waits on the device, and a use event recorded there stands for both),
+// and a spill's copy still waits for it, checked by its bytes.
+TEST_P(LazyUses, ALazyUseMetByFullSlotsIsChainedOnTheDevice) {
+  auto a = make_lazy();
+  Block* b = alloc(*a, 8 * MiB);
+  Block* bs[1] = {b};
+  std::vector<CUstream> streams(10);
+  for (CUstream& s : streams) CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+  late_gate() = false;
+  // One pin throughout, so that nothing retires the 8 slots' uses (complete
+  // at once: only the held kernel keeps the block busy).
+  CU_OK(a->ensure_resident(bs, streams[8]));
+  CU_OK(launch3(Env::get().k.fill_late, streams[8], b->va, b->size, 70));
+  for (int i = 0; i < 8; ++i) CU_OK(a->record_use(bs, streams[i], /*capturing=*/false, /*lazy=*/false));
+  ASSERT_EQ(b->nuses, kMaxUseSlots);
+  CU_OK(a->record_use(bs, streams[8], /*capturing=*/false, /*lazy=*/true));
+  UseEvent* held = b->lazy.load();
+  ASSERT_NE(held, nullptr);
+  CU_OK(a->record_use(bs, streams[9], /*capturing=*/false, /*lazy=*/true));
+  a->release(bs);
+  EXPECT_EQ(cuStreamQuery(streams[8]), CUDA_ERROR_NOT_READY)
+      << "the launching thread waited for the held kernel on the host";
+  EXPECT_NE(b->lazy.load(), held);
+  EXPECT_EQ(b->nuses, kMaxUseSlots);
+  spill_while_held_then_check(*a, b, streams[8], 70);
+  CU_OK(a->free(b->va, streams[8]));
+  CU_OK(cuCtxSynchronize());
+  for (CUstream s : streams) CU_OK(cuStreamDestroy(s));
+}
+
 // The rescue spills the coldest first (Block::last_use): a block named
 // lazily after its stream's open event was recorded and another opened is
 // warmer than one named only before, though no event was recorded eagerly.
