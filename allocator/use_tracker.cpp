@@ -215,6 +215,9 @@ void UseTracker::repoint(std::span<Block* const> blocks, UseEvent* e, int held) 
   int dropped = 0;
   for (Block* b : blocks) {
     UseEvent* was = b->lazy.load(std::memory_order_acquire);
+#ifndef NDEBUG
+    if (void (*seam)(Block*) = between_read_and_swap.load(std::memory_order_relaxed)) seam(b);
+#endif
     do {
       if (was == e) break;
     } while (!b->lazy.compare_exchange_weak(was, e, std::memory_order_acq_rel, std::memory_order_acquire));

@@ -172,6 +172,13 @@ class UseTracker {
     b->last_use.store(clock_.load(std::memory_order_relaxed), std::memory_order_relaxed);
   }
 
+#ifndef NDEBUG
+  // Debug builds: called by a launch between reading a block's lazy use
+  // and swapping it (repoint), so that a test can run another launch there
+  // and show the swap keeps what that launch stored.
+  static inline std::atomic<void (*)(Block*)> between_read_and_swap{nullptr};
+#endif
+
   // Records the begin event of a copy about to be enqueued on `s`.
   CopyTimer start_timer(CUstream s) noexcept;
   // Records the end event after the copy (clears the timer on failure).

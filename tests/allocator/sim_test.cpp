@@ -1372,6 +1372,66 @@ TEST_P(LazyUses, LaunchesRacingOnOneStreamLoseNoUse) {
   CU_OK(cuStreamDestroy(s));
 }
 
+// A launch on s1 re-points a block's lazy use while a launch on s2 names
+// the block between its read and its swap (run there by a debug seam):
+// the compare and swap sees the use s2 stored and moves it into the slots,
+// and the event s1's launch read, which s2's launch moved into the slots,
+// keeps its reference there. A load and a store in place of the compare and
+// swap drops s2's use and that reference (the race the stress test above
+// rarely meets on two cores).
+TEST_P(LazyUses, AnotherStreamsLaunchBetweenReadAndSwapKeepsItsUse) {
+#ifdef NDEBUG
+  GTEST_SKIP() << "the seam is compiled out (NDEBUG)";
+#else
+  auto a = make_lazy();
+  Block* b = alloc(*a, MiB);
+  Block* bs[1] = {b};
+  CUstream s1, s2;
+  CU_OK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+  CU_OK(cuStreamCreate(&s2, CU_STREAM_NON_BLOCKING));
+  CU_OK(a->record_use(bs, s1, /*capturing=*/false, /*lazy=*/true));
+  const UseEvent* first = b->lazy.load();
+  ASSERT_NE(first, nullptr);
+  a->flush_uses(s1);  // recorded: the next launch on s1 opens a newer event
+  static Allocator* racing = nullptr;
+  static CUstream racing_stream = nullptr;
+  static int seam_calls = 0;
+  racing = a.get();
+  racing_stream = s2;
+  seam_calls = 0;
+  UseTracker::between_read_and_swap.store([](Block* named) {
+    UseTracker::between_read_and_swap.store(nullptr);  // the launch below passes it by
+    ++seam_calls;
+    Block* one[1] = {named};
+    CU_OK(racing->record_use(one, racing_stream, /*capturing=*/false, /*lazy=*/true));
+  });
+  CU_OK(a->record_use(bs, s1, /*capturing=*/false, /*lazy=*/true));
+  UseTracker::between_read_and_swap.store(nullptr);
+  ASSERT_EQ(seam_calls, 1);
+  const UseEvent* lazy = b->lazy.load();
+  ASSERT_NE(lazy, nullptr);
+  EXPECT_EQ(lazy->on, s1) << "the launch that swapped last holds the lazy use";
+  EXPECT_NE(lazy, first);
+  a->flush_uses(s1);  // no open event holds a reference of its stream's now
+  a->flush_uses(s2);
+  std::map<const UseEvent*, int> holders;
+  ++holders[lazy];
+  bool on_s2 = false, first_held = false;
+  for (int k = 0; k < b->nuses; ++k) {
+    ++holders[b->uses[k].ev];
+    on_s2 |= b->uses[k].stream == s2;
+    first_held |= b->uses[k].ev == first;
+  }
+  EXPECT_TRUE(on_s2) << "the use s2's launch stored was lost";
+  EXPECT_TRUE(first_held) << "the event s2's launch moved into the slots is gone";
+  for (const auto& [e, n] : holders) EXPECT_EQ(e->refs.load(), n) << "an event's count is the uses holding it";
+  CU_OK(a->free(b->va, s1));
+  CU_OK(cuCtxSynchronize());
+  CU_OK(cuStreamDestroy(s1));
+  CU_OK(cuStreamDestroy(s2));
+#endif
+}
+
 INSTANTIATE_TEST_SUITE_P(Allocator, LazyUses, ::testing::Values(SpillMode::Remap, SpillMode::Copy),
                          [](const auto& i) { return i.param == SpillMode::Remap ? "remap" : "copy"; });
 
