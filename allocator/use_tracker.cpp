@@ -167,11 +167,18 @@ std::size_t UseTracker::store_locked(std::span<Block* const> blocks, std::size_t
   return blocks.size();
 }
 
-bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream s, std::uint64_t now) noexcept {
+bool UseTracker::record_lazily_unlocked(std::span<Block* const> blocks, CUstream s) noexcept {
   OpenStream* st = open_stream(s);
   if (st == nullptr) return false;
-  // The window passed: the locked way records the event.
-  if (now - st->recorded_at.load(std::memory_order_relaxed) >= launcher_window(s)) return false;
+  // The window passed: the locked way records the event. Where a background
+  // thread records aged events, a launch here records one only once several
+  // windows passed, and the clock (a tenth of what this path costs) is read
+  // at every kClockEvery-th launch of the stream only: the bound moves by at
+  // most as many launches.
+  const bool background = s != CU_STREAM_LEGACY && background_.load(std::memory_order_relaxed);
+  if ((!background || (st->unlocked_uses.load(std::memory_order_relaxed) & (kClockEvery - 1)) == 0) &&
+      window_clock_.now() - st->recorded_at.load(std::memory_order_relaxed) >= launcher_window(s))
+    return false;
   // Read after the launch was enqueued: while the event is still open, its
   // record comes after the launch (record_open_locked clears open_now first).
   UseEvent* e = st->open_now.load(std::memory_order_seq_cst);
@@ -267,13 +274,14 @@ CUresult UseTracker::record(std::span<Block* const> blocks, CUstream s, bool laz
   if (!lazy || drv::is_per_thread_stream_key(s)) return record_now(blocks, s);
   // Null is the legacy stream, and an open-stream slot's "none".
   if (s == nullptr) s = CU_STREAM_LEGACY;
-  // Read at every lazy use: checked at every 8th only, the XLA-like probe's
-  // untiered peak doubled (granule-groups), likely a freed step buffer's use
-  // recorded too late for the next step's allocation to reuse its memory.
-  const std::uint64_t now = window_clock_.now();
   // The launch path's common case, inline here (no call): nothing to store.
-  if (record_lazily_unlocked(blocks, s, now)) return CUDA_SUCCESS;
-  return record_lazily(blocks, s, now);
+  if (record_lazily_unlocked(blocks, s)) return CUDA_SUCCESS;
+  // Read at every lazy use that gets here, and at every one where no
+  // background thread records: checked at every 8th only, the XLA-like
+  // probe's untiered peak doubled (granule-groups), likely a freed step
+  // buffer's use recorded too late for the next step's allocation to reuse
+  // its memory.
+  return record_lazily(blocks, s, window_clock_.now());
 }
 
 CUresult UseTracker::record_now(std::span<Block* const> blocks, CUstream s, UseEvent* after) noexcept {
