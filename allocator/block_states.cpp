@@ -20,7 +20,7 @@ Block* BlockStates::new_block() noexcept {
     pool_.pop_front();
     return b;
   }
-  return &storage_.emplace_back();
+  return storage_.make();
 }
 
 void BlockStates::recycle(Block* b) noexcept {

@@ -20,6 +20,7 @@
 #include "allocator/allocator.h"
 #include "allocator/block.h"
 #include "block_cache.h"
+#include "block_storage.h"
 #include "lock_rank.h"
 #include "allocator/ranked_mutex.h"
 
@@ -215,7 +216,7 @@ class BlockStates {
   // taken inside another allocator lock.
   mutable RankedMutex mu_{kRankBlocks, "alloc.blocks"};
   std::condition_variable_any changed_;  // a move, a remap or a pin release finished
-  std::deque<Block> storage_;
+  BlockStorage storage_;
   PoolList pool_;
   ResidentList resident_;  // RESIDENT and spillable
   BlockCache cache_;
@@ -239,8 +240,9 @@ void BlockStates::drop_all(F&& destroy) {
   for (Block* b : cached) cache_.erase(b);
   resident_.clear();
   pool_.clear();
-  for (Block& b : storage_)
+  storage_.for_each([&](Block& b) {
     if (b.va != 0) destroy(&b);
+  });
 }
 
 template <class F>
@@ -271,8 +273,9 @@ void BlockStates::for_each_resident(F&& f, const Lock&) {
 
 template <class F>
 void BlockStates::for_each_live(F&& f, const Lock&) {
-  for (Block& b : storage_)
+  storage_.for_each([&](Block& b) {
     if (b.va != 0 && b.st() != State::Freed) f(&b);
+  });
 }
 
 }  // namespace tierrt::alloc
