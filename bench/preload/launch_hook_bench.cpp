@@ -646,8 +646,8 @@ BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights", "moving"})
 BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights", "moving"})
     ->Args({100, 1, 0})->Args({1000, 1, 0})->Args({10000, 1, 0})
     ->Args({100000, 1, 0})->Iterations(200);
-BENCHMARK(BM_LaunchHookAddedRotating)->ArgName("live")->Arg(100)->Arg(1000)->Arg(10000)->Iterations(200);
-BENCHMARK(BM_HookWorkOnlyRotating)->ArgName("live")->Arg(100)->Arg(1000)->Arg(10000);
+BENCHMARK(BM_LaunchHookAddedRotating)->ArgName("live")->Arg(100)->Arg(1000)->Arg(10000)->Arg(100000)->Iterations(200);
+BENCHMARK(BM_HookWorkOnlyRotating)->ArgName("live")->Arg(100)->Arg(1000)->Arg(10000)->Arg(100000);
 BENCHMARK(BM_HookWorkOnlyRotatingThreads)->ArgName("live")->Arg(100)->Arg(1000)->Threads(1)->Threads(2)->UseRealTime();
 BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights", "moving"})
     ->Args({100, 0, 1})->Args({1000, 0, 1})->Args({10000, 0, 1})
