@@ -145,7 +145,7 @@ TEST_P(Modes, InvariantNothingEnqueuedAgainstUnmappedVa) {
 // host synchronisation.
 TEST_P(Modes, InvariantConsumerStreamWaitsOnPrefetchEvent) {
   auto a = make(GetParam());
-  const std::size_t n = 256 * MiB;  // 64 ms each way on the throttled link
+  const std::size_t n = 64 * MiB;  // 16 ms each way on the throttled link
   Block* b = alloc(*a, n);
   CUdeviceptr out = 0;
   CU_OK(a->allocate(&out, 8, nullptr));
@@ -158,8 +158,8 @@ TEST_P(Modes, InvariantConsumerStreamWaitsOnPrefetchEvent) {
   drv::set_counting(true);
   CU_OK(a->prefetch(b, consumer));
   drv::set_counting(false);
-  // No host synchronisation: prefetch returns with the copy enqueued (256
-  // MiB at 4 GB/s takes 64 ms), and the consumer waits on its event. Told
+  // No host synchronisation: prefetch returns with the copy enqueued (64
+  // MiB at 4 GB/s takes 16 ms), and the consumer waits on its event. Told
   // by the calls made, not by a time, which a loaded machine stretches (the
   // counts are the process's: cuEventSynchronize is the mover thread's own
   // wait for the copy, so it is not counted).
