@@ -60,27 +60,40 @@ void Engine::collect_extent(alloc::Block* b, CUdeviceptr word, BlockList& out) n
 
 bool Engine::collect_launch(CUfunction f, void** params, void** extra, BlockList& out) noexcept {
   bool known = true;
+  const alloc::GranuleView granules = alloc_->granules();
+  // While every block in the list is one the common case found, the list's
+  // notes are these classes (noted here, where each block is read anyway).
+  std::uint32_t classes = 0;
+  bool only_own_blocks = out.empty();
   auto scan_word = [&](const unsigned char* p) {
     CUdeviceptr word;
     std::memcpy(&word, p, sizeof word);
     if (!word) return;
     // The common word, inline: a live block of its own (collect_word's
     // first case, without its call per word).
-    if (alloc::Block* b = alloc_->lookup(word); b && !b->group && b->st() != alloc::State::Freed)
+    if (alloc::Block* b = alloc::Allocator::lookup(granules, word); b && !b->group && b->st() != alloc::State::Freed) {
+      classes |= BlockList::class_bit(b);
       return out.add(b);
+    }
+    const std::size_t before = out.size();
     known &= collect_word(word, out);
+    only_own_blocks &= out.size() == before;
+  };
+  auto noted = [&] {
+    if (only_own_blocks) out.note_own_blocks(classes);
+    return known;
   };
   if (params) {
     const ParamLayout layout = layouts_.get(f);
     if (!layout.known) return false;
     for (std::uint32_t i = 0; i < layout.count; ++i) {
-      if (!params[i]) continue;
-      const std::uint32_t off = layout.offsets[i], size = layout.sizes[i];
+      const ParamWords words = layout.words[i];
+      if (words.count() == 0 || !params[i]) continue;
       // Words aligned in the parameter buffer, read from this parameter's copy.
-      for (std::uint32_t w = (off + 7) & ~7u; w + 8 <= off + size; w += 8)
-        scan_word(static_cast<const unsigned char*>(params[i]) + (w - off));
+      const unsigned char* p = static_cast<const unsigned char*>(params[i]) + words.skip();
+      for (std::uint32_t w = 0; w < words.count(); ++w) scan_word(p + 8 * w);
     }
-    return known;
+    return noted();
   }
   if (extra) {
     const unsigned char* buffer = nullptr;
@@ -92,7 +105,7 @@ bool Engine::collect_launch(CUfunction f, void** params, void** extra, BlockList
     if (buffer)
       for (size_t w = 0; w + 8 <= size; w += 8) scan_word(buffer + w);
   }
-  return known;
+  return noted();
 }
 
 // Transitively: a block a table points to may hold a table itself. The list

@@ -7,7 +7,7 @@ namespace tierrt {
 namespace {
 
 // A thread's own scratch for layouts the shared table could not keep.
-thread_local std::uint32_t tl_offsets[4096], tl_sizes[4096];
+thread_local ParamWords tl_words[4096];
 
 // Parameters of f as a function (cuFuncGetParamInfo) or as a kernel
 // (cuKernelGetParamInfo), until the index is past the end (INVALID_VALUE);
@@ -15,8 +15,7 @@ thread_local std::uint32_t tl_offsets[4096], tl_sizes[4096];
 // The end is asked for twice: a layout cut short by one failed call would
 // hide the blocks of every later parameter from every launch of f (the
 // layout is kept), and a kernel would then run on spilled memory.
-bool enumerate(CUfunction f, bool as_kernel, std::uint32_t* offsets, std::uint32_t* sizes, std::uint32_t cap,
-               std::uint32_t* count) noexcept {
+bool enumerate(CUfunction f, bool as_kernel, ParamWords* words, std::uint32_t cap, std::uint32_t* count) noexcept {
   for (std::uint32_t n = 0;; ++n) {
     size_t off = 0, size = 0;
     auto ask = [&] {
@@ -29,9 +28,9 @@ bool enumerate(CUfunction f, bool as_kernel, std::uint32_t* offsets, std::uint32
       *count = n;
       return true;
     }
-    if (r != CUDA_SUCCESS || n >= cap) return false;
-    offsets[n] = static_cast<std::uint32_t>(off);
-    sizes[n] = static_cast<std::uint32_t>(size);
+    // Past 4 GiB no buffer is (the driver takes 32 KiB of parameters).
+    if (r != CUDA_SUCCESS || n >= cap || off > UINT32_MAX || size > UINT32_MAX) return false;
+    words[n] = ParamWords::of(static_cast<std::uint32_t>(off), static_cast<std::uint32_t>(size));
   }
 }
 
@@ -48,15 +47,14 @@ bool ParamLayouts::driver_describes_parameters() noexcept {
          drv::resolve("cuFuncGetParamInfo") != nullptr;
 }
 
-bool ParamLayouts::query(CUfunction f, HandleKind kind, std::uint32_t* offsets, std::uint32_t* sizes,
-                         std::uint32_t* count) noexcept {
-  if (kind != HandleKind::Unknown) return enumerate(f, kind == HandleKind::Kernel, offsets, sizes, kMaxCount, count);
+bool ParamLayouts::query(CUfunction f, HandleKind kind, ParamWords* words, std::uint32_t* count) noexcept {
+  if (kind != HandleKind::Unknown) return enumerate(f, kind == HandleKind::Kernel, words, kMaxCount, count);
   // Nobody said what the handle is. A driver may answer "past the end" for
   // a handle of the other kind, so an empty answer is not taken as final.
-  const bool as_function = enumerate(f, false, offsets, sizes, kMaxCount, count);
+  const bool as_function = enumerate(f, false, words, kMaxCount, count);
   if (as_function && *count > 0) return true;
   std::uint32_t n = 0;
-  if (enumerate(f, true, offsets, sizes, kMaxCount, &n) && (n > 0 || !as_function)) {
+  if (enumerate(f, true, words, kMaxCount, &n) && (n > 0 || !as_function)) {
     *count = n;
     return true;
   }
@@ -91,21 +89,21 @@ ParamLayout ParamLayouts::get(CUfunction f) noexcept {
     const std::uint64_t v = s->layout.load(std::memory_order_acquire);
     if ((v >> 32) == epoch) {
       const std::uint32_t first = static_cast<std::uint32_t>(v >> 13) & ((1u << 19) - 1);
-      return ParamLayout{static_cast<std::uint32_t>(v) & ((1u << 13) - 1), offsets_ + first, sizes_ + first, true};
+      return ParamLayout{static_cast<std::uint32_t>(v) & ((1u << 13) - 1), words_ + first, true};
     }
     kind = s->kind.load(std::memory_order_relaxed);
   }
   std::uint32_t count = 0;
-  if (!query(f, kind, tl_offsets, tl_sizes, &count)) return ParamLayout{};
+  if (!query(f, kind, tl_words, &count)) return ParamLayout{};
   if (s != nullptr) {
     const std::uint32_t first = used_.fetch_add(count, std::memory_order_relaxed);
     if (first + count <= kMaxParams) {
-      for (std::uint32_t i = 0; i < count; ++i) offsets_[first + i] = tl_offsets[i], sizes_[first + i] = tl_sizes[i];
+      for (std::uint32_t i = 0; i < count; ++i) words_[first + i] = tl_words[i];
       s->layout.store(epoch << 32 | std::uint64_t{first} << 13 | count, std::memory_order_release);
-      return ParamLayout{count, offsets_ + first, sizes_ + first, true};
+      return ParamLayout{count, words_ + first, true};
     }
   }
-  return ParamLayout{count, tl_offsets, tl_sizes, true};
+  return ParamLayout{count, tl_words, true};
 }
 
 }  // namespace tierrt

@@ -1,10 +1,12 @@
-// What a launch's block list notes as blocks are added (runtime/block_list.h):
+// What a launch's block list notes of the blocks added (runtime/block_list.h):
 // the launch path asks the notes instead of walking the blocks again, so a
 // note may say more than the list holds (the cautious answer) but never less.
+// And each block is in the list once, whatever its filter says.
 #include "runtime/block_list.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -105,6 +107,60 @@ TEST(BlockList, NotesBlocksPastTheInlineItems) {
   l.add(k.make(3));
   EXPECT_EQ(l.spillable_classes(), class_bit(1) | class_bit(3));
   EXPECT_TRUE(l.notes_cover_blocks());
+}
+
+// The filter has 64 bits: past a few dozen blocks most bits are set and an
+// add searches; before, a bit another block set makes it search all the same.
+TEST(BlockList, AddsEachOfManyBlocksOnceInAnyOrder) {
+  Blocks k;
+  std::vector<alloc::Block*> made;
+  for (int i = 0; i < 200; ++i) made.push_back(k.make(static_cast<std::uint8_t>(i % 5)));
+  BlockList l;
+  for (int pass = 0; pass < 3; ++pass)
+    for (std::size_t i = 0; i < made.size(); ++i) l.add(made[(i * 7 + static_cast<std::size_t>(pass)) % made.size()]);
+  ASSERT_EQ(l.size(), made.size());
+  std::vector<alloc::Block*> listed(l.span().begin(), l.span().end());
+  std::sort(listed.begin(), listed.end());
+  EXPECT_EQ(std::adjacent_find(listed.begin(), listed.end()), listed.end());
+  std::uint32_t classes = 0;
+  for (int c = 0; c < 5; ++c) classes |= class_bit(static_cast<std::uint8_t>(c));
+  EXPECT_EQ(l.spillable_classes(), classes);
+}
+
+TEST(BlockList, ABlockAddedAgainAfterItsDropIsListedOnce) {
+  Blocks k;
+  BlockList l;
+  alloc::Block* b = k.make(1);
+  alloc::Block* freed = k.make(2);
+  l.add(freed);
+  l.add(b);
+  freed->state.store(alloc::State::Freed);
+  EXPECT_TRUE(l.drop_freed());
+  l.add(b);
+  EXPECT_EQ(l.size(), 1u);
+}
+
+// The launch path notes the blocks it found itself (blocks of their own);
+// a block added after them is noted at the next question.
+TEST(BlockList, NotesTheCallerGaveStandUntilMoreBlocksAreAdded) {
+  Blocks k;
+  BlockList l;
+  l.add(k.make(1));
+  l.add(k.make(2));
+  l.note_own_blocks(class_bit(1) | class_bit(2));
+  EXPECT_EQ(l.spillable_classes(), class_bit(1) | class_bit(2));
+  EXPECT_FALSE(l.any_slab());
+  l.add(k.make_slab());
+  l.add(k.make(4));
+  EXPECT_TRUE(l.any_slab());
+  EXPECT_EQ(l.spillable_classes(), class_bit(1) | class_bit(2) | class_bit(4));
+  EXPECT_TRUE(l.notes_cover_blocks());
+}
+
+TEST(BlockList, ClassBitOfABlockThatNeverMovesIsNone) {
+  Blocks k;
+  EXPECT_EQ(BlockList::class_bit(k.make(3)), class_bit(3));
+  EXPECT_EQ(BlockList::class_bit(k.make(3, /*spillable=*/false)), 0u);
 }
 
 }  // namespace

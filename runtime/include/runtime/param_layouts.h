@@ -20,10 +20,26 @@
 
 namespace tierrt {
 
+// What a launch scans of each parameter: the 8-byte words aligned in the
+// driver's parameter buffer (where a kernel reads a pointer), as positions
+// in the parameter's own copy. Worked out once per layout, so that a launch
+// reads one entry per parameter rather than working each out again.
+struct ParamWords {
+  std::uint32_t span = 0;  // skip | count << 3
+  // Bytes into the parameter's copy where its first aligned word starts (0..7).
+  std::uint32_t skip() const noexcept { return span & 7; }
+  std::uint32_t count() const noexcept { return span >> 3; }
+  // A parameter at byte `offset` of the buffer, `size` bytes long.
+  static ParamWords of(std::uint32_t offset, std::uint32_t size) noexcept {
+    const std::uint64_t first = (std::uint64_t{offset} + 7) & ~std::uint64_t{7}, end = std::uint64_t{offset} + size;
+    const std::uint64_t words = end >= first + 8 ? (end - first) / 8 : 0;
+    return ParamWords{static_cast<std::uint32_t>(first - offset) | static_cast<std::uint32_t>(words << 3)};
+  }
+};
+
 struct ParamLayout {
   std::uint32_t count = 0;
-  const std::uint32_t* offsets = nullptr;
-  const std::uint32_t* sizes = nullptr;
+  const ParamWords* words = nullptr;  // count entries, one per parameter
   bool known = false;  // false: the driver would not say; the launch can't be scanned
 };
 
@@ -56,12 +72,10 @@ class ParamLayouts {
     std::atomic<std::uint64_t> layout{0};
   };
   Slot* slot_of(std::uintptr_t key) noexcept;  // null: the table is full
-  static bool query(CUfunction f, HandleKind kind, std::uint32_t* offsets, std::uint32_t* sizes,
-                    std::uint32_t* count) noexcept;
+  static bool query(CUfunction f, HandleKind kind, ParamWords* words, std::uint32_t* count) noexcept;
 
   Slot slots_[kSlots];
-  std::uint32_t offsets_[kMaxParams];
-  std::uint32_t sizes_[kMaxParams];
+  ParamWords words_[kMaxParams];
   std::atomic<std::uint32_t> used_{0};
   std::atomic<std::uint32_t> epoch_{0};
 };
