@@ -57,14 +57,6 @@ class BlockList {
   // (Allocator::ensure_resident_briefly): what release() needs to know.
   void set_announced(bool announced) noexcept { announced_ = announced; }
   bool announced() const noexcept { return announced_; }
-  // What the blocks are, noted at the first question after blocks were
-  // added (in one pass: the launch path asks a few times per list, and
-  // noting each block as it was added cost it a store per flag per block):
-  // a small allocation's use record among them; a granule group's member
-  // or record among them; and the lifetime classes (bit 1 << Block::lifetime)
-  // of the spillable blocks of their own. A block's class may change after
-  // it was added: a question may read either class, as it would reading
-  // the block.
   // A block of its own's class bit (what its note adds to spillable_classes).
   static std::uint32_t class_bit(const alloc::Block* b) noexcept {
     return b->spillable ? std::uint32_t{1} << (b->lifetime.load(std::memory_order_relaxed) & 31) : 0;
@@ -76,6 +68,14 @@ class BlockList {
     notes_ = Notes{false, false, classes};
     noted_ = size();
   }
+  // What the blocks are, noted at the first question after blocks were
+  // added (in one pass: the launch path asks a few times per list, and
+  // noting each block as it was added cost it a store per flag per block):
+  // a small allocation's use record among them; a granule group's member
+  // or record among them; and the lifetime classes (bit 1 << Block::lifetime)
+  // of the spillable blocks of their own. A block's class may change after
+  // it was added: a question may read either class, as it would reading
+  // the block.
   bool any_slab() const noexcept { return notes().any_slab; }
   bool any_group() const noexcept { return notes().any_group; }
   std::uint32_t spillable_classes() const noexcept { return notes().classes; }
