@@ -68,10 +68,13 @@ bool Engine::collect_launch(CUfunction f, void** params, void** extra, BlockList
   auto scan_word = [&](const unsigned char* p) {
     CUdeviceptr word;
     std::memcpy(&word, p, sizeof word);
-    if (!word) return;
-    // The common word, inline: a live block of its own (collect_word's
-    // first case, without its call per word).
-    if (alloc::Block* b = alloc::Allocator::lookup(granules, word); b && !b->group && b->st() != alloc::State::Freed) {
+    // Most words of a kernel's parameters are not tierrt's memory (sizes,
+    // strides, scalars): one lookup says so, with no call.
+    const std::uintptr_t entry = word ? granules.find(word) : 0;
+    if (entry == 0) return;
+    // The common pointer, inline: a live block of its own (collect_word's
+    // first case, without its call).
+    if (alloc::Block* b = alloc::Allocator::block_of(entry); b && !b->group && b->st() != alloc::State::Freed) {
       classes |= BlockList::class_bit(b);
       return out.add(b);
     }

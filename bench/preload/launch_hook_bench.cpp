@@ -39,8 +39,15 @@ using tierrt::Engine;
 
 void noop_kernel(const simdev_launch*) {}
 
+// The rest of a kernel's parameters, beside its 8 pointers: PyTorch's
+// elementwise kernels take their tensors' sizes and strides by value (an
+// offset calculator: hundreds of bytes), and most words a launch scans are
+// such numbers, not pointers.
+constexpr size_t kScalarBytes = 256;
+
 struct Setup {
   CUfunction f = nullptr;
+  CUfunction mixed = nullptr;  // 8 pointers, then kScalarBytes of numbers
   CUfunction busy = nullptr;  // no parameters, 2 ms modeled: longer than a round of launches
   Engine* engine = nullptr;
   CUcontext ctx = nullptr;
@@ -49,15 +56,18 @@ struct Setup {
 const Setup& setup() {
   static Setup s = [] {
     Setup r;
-    const size_t sizes[8] = {8, 8, 8, 8, 8, 8, 8, 8};
+    const size_t sizes[9] = {8, 8, 8, 8, 8, 8, 8, 8, kScalarBytes};
     simdev_kernel_desc d{"bench_noop8", &noop_kernel, 8, sizes, nullptr, 0};
+    simdev_kernel_desc mixed{"bench_mixed", &noop_kernel, 9, sizes, nullptr, 0};
     simdev_kernel_desc busy{"bench_busy", &noop_kernel, 0, nullptr, nullptr, 2'000'000};
     CUdevice dev;
     CUcontext ctx;
     CUmodule m;
-    if (simdev_try_register_kernel(&d) != 0 || simdev_try_register_kernel(&busy) != 0 || cuInit(0) ||
+    if (simdev_try_register_kernel(&d) != 0 || simdev_try_register_kernel(&mixed) != 0 ||
+        simdev_try_register_kernel(&busy) != 0 || cuInit(0) ||
         cuDeviceGet(&dev, 0) || cuDevicePrimaryCtxRetain(&ctx, dev) || cuCtxSetCurrent(ctx) ||
         cuModuleLoadData(&m, "simdev") || cuModuleGetFunction(&r.f, m, "bench_noop8") ||
+        cuModuleGetFunction(&r.mixed, m, "bench_mixed") ||
         cuModuleGetFunction(&r.busy, m, "bench_busy"))
       std::abort();
     r.engine = Engine::start();
@@ -141,7 +151,8 @@ std::vector<CUdeviceptr>& blocks(size_t n) {
   return live;
 }
 
-void launch_args(size_t n, CUdeviceptr (&ptrs)[8], void* (&params)[8]) {
+// params: room for 8 at least.
+void launch_args(size_t n, CUdeviceptr (&ptrs)[8], void** params) {
   auto& live = blocks(n);
   for (int i = 0; i < 8; ++i) {
     ptrs[i] = live[(i * live.size()) / 8] + 256;  // interior pointers, as tensor views are
@@ -149,20 +160,33 @@ void launch_args(size_t n, CUdeviceptr (&ptrs)[8], void* (&params)[8]) {
   }
 }
 
+// One launch through tierrt's launch path, out of line: an instruction
+// counter finds it by its name (bench/preload/hook_instructions.sh).
+template <class Call>
+[[gnu::noinline]] CUresult hooked_launch(Engine* e, CUfunction f, void** params, Call& call) {
+  return e->launch(f, nullptr, params, nullptr, call);
+}
+
 // Launches `st` times with 8 block pointers; `hooked` goes through tierrt's
 // launch path, `launch_too` false leaves out the driver's own launch (what
 // is then left is the work tierrt adds: lookups, residency, use recording).
-void run_launches(benchmark::State& st, bool hooked, bool launch_too) {
+// `with_scalars`: the kernel takes kScalarBytes of numbers after them.
+void run_launches(benchmark::State& st, bool hooked, bool launch_too, bool with_scalars = false) {
   const Setup& s = setup();
   CUdeviceptr ptrs[8];
-  void* params[8];
+  void* params[9];
   if (!fits(st, static_cast<size_t>(st.range(0)))) return;
   launch_args(static_cast<size_t>(st.range(0)), ptrs, params);
+  // Sizes, strides and a float's bits, as an offset calculator holds them.
+  std::uint64_t scalars[kScalarBytes / 8];
+  for (size_t i = 0; i < kScalarBytes / 8; ++i) scalars[i] = i % 3 == 2 ? 0x3f800000u : (i + 1) * 1024;
+  params[8] = scalars;
+  const CUfunction f = with_scalars ? s.mixed : s.f;
   auto call = [&] {
-    return launch_too ? TIERRT_CU(cuLaunchKernel, s.f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr) : CUDA_SUCCESS;
+    return launch_too ? TIERRT_CU(cuLaunchKernel, f, 1, 1, 1, 1, 1, 1, 0, nullptr, params, nullptr) : CUDA_SUCCESS;
   };
   for (auto _ : st) {
-    CUresult r = hooked ? s.engine->launch(s.f, nullptr, params, nullptr, call) : call();
+    CUresult r = hooked ? hooked_launch(s.engine, f, params, call) : call();
     if (r) std::abort();
   }
   cuCtxSynchronize();
@@ -171,6 +195,9 @@ void run_launches(benchmark::State& st, bool hooked, bool launch_too) {
 void BM_LaunchDirect(benchmark::State& st) { run_launches(st, false, true); }
 void BM_LaunchThroughHook(benchmark::State& st) { run_launches(st, true, true); }
 void BM_HookWorkOnly(benchmark::State& st) { run_launches(st, true, false); }
+// BM_HookWorkOnly with kScalarBytes of numbers after the 8 pointers: what
+// the words that name nothing cost the scan.
+void BM_HookWorkOnlyWithScalars(benchmark::State& st) { run_launches(st, true, false, /*with_scalars=*/true); }
 bool as_weights(const struct Setup& s, void** params);
 double clock_period(const struct Setup& s);
 std::uint64_t policy_turns(const struct Setup& s);
@@ -638,6 +665,7 @@ void BM_AllocFreeTierrt(benchmark::State& st) {
 BENCHMARK(BM_LaunchDirect)->Arg(100)->Arg(1000)->Arg(10000);
 BENCHMARK(BM_LaunchThroughHook)->Arg(100)->Arg(1000)->Arg(10000);
 BENCHMARK(BM_HookWorkOnly)->Arg(100)->Arg(1000)->Arg(10000);
+BENCHMARK(BM_HookWorkOnlyWithScalars)->Arg(100);
 BENCHMARK(BM_HarnessNull)->ArgName("live")->Arg(1000)->Iterations(200);
 // Not classified first: once found persistent, a block stays so.
 BENCHMARK(BM_LaunchHookAdded)->ArgNames({"live", "weights", "moving"})

@@ -172,14 +172,14 @@ class Allocator {
 
   // The block containing ptr (interior pointers too), or null: not ours, a
   // small-object slab, or freed (check state()). O(1), lock-free.
-  Block* lookup(CUdeviceptr ptr) const noexcept { return lookup(granules_, ptr); }
-  // The same through a copy of the table's read side (granules()), which a
-  // caller looking up many pointers keeps in registers.
-  static Block* lookup(const GranuleView& granules, CUdeviceptr ptr) noexcept {
-    const std::uintptr_t e = granules.find(ptr);
-    return (e & kSlabEntryTag) != 0 ? nullptr : reinterpret_cast<Block*>(e);
-  }
+  Block* lookup(CUdeviceptr ptr) const noexcept { return block_of(granules_.find(ptr)); }
+  // The table's read side, for a caller looking up many pointers (a copy
+  // stays in its registers): an entry is 0 where the address is not
+  // tierrt's memory, and block_of(entry) is what lookup() answers.
   const GranuleView& granules() const noexcept { return granules_; }
+  static Block* block_of(std::uintptr_t entry) noexcept {
+    return (entry & kSlabEntryTag) != 0 ? nullptr : reinterpret_cast<Block*>(entry);
+  }
   // The block whose allocation starts at `va`, or null. Its start is read
   // under the block lock: another thread (the planner's) may ask while the
   // block is destroyed and recycled for another allocation.
