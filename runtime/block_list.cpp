@@ -74,6 +74,7 @@ void BlockList::assign_distinct(std::span<alloc::Block* const> all) noexcept {
   }
   try {
     more_.assign(all.begin(), all.end());
+    n_ = kInline;  // the items are in more_
   } catch (...) {
     incomplete_ = true;
   }

@@ -89,12 +89,10 @@ bool Engine::collect_launch(CUfunction f, void** params, void** extra, BlockList
   if (params) {
     const ParamLayout layout = layouts_.get(f);
     if (!layout.known) return false;
+    // Words aligned in the parameter buffer, each read from its parameter's copy.
     for (std::uint32_t i = 0; i < layout.count; ++i) {
-      const ParamWords words = layout.words[i];
-      if (words.count() == 0 || !params[i]) continue;
-      // Words aligned in the parameter buffer, read from this parameter's copy.
-      const unsigned char* p = static_cast<const unsigned char*>(params[i]) + words.skip();
-      for (std::uint32_t w = 0; w < words.count(); ++w) scan_word(p + 8 * w);
+      const ParamWord w = layout.words[i];
+      if (const void* param = params[w.param]) scan_word(static_cast<const unsigned char*>(param) + w.offset);
     }
     return noted();
   }

@@ -7,15 +7,19 @@ namespace tierrt {
 namespace {
 
 // A thread's own scratch for layouts the shared table could not keep.
-thread_local ParamWords tl_words[4096];
+thread_local ParamWord tl_words[4096];
 
-// Parameters of f as a function (cuFuncGetParamInfo) or as a kernel
-// (cuKernelGetParamInfo), until the index is past the end (INVALID_VALUE);
-// false when the driver refuses the handle or the count exceeds `cap`.
+// The words of f's parameters as a function (cuFuncGetParamInfo) or as a
+// kernel (cuKernelGetParamInfo), until the index is past the end
+// (INVALID_VALUE): *count words, of *params parameters; false when the
+// driver refuses the handle, or the parameters or their words exceed what a
+// layout holds.
 // The end is asked for twice: a layout cut short by one failed call would
 // hide the blocks of every later parameter from every launch of f (the
 // layout is kept), and a kernel would then run on spilled memory.
-bool enumerate(CUfunction f, bool as_kernel, ParamWords* words, std::uint32_t cap, std::uint32_t* count) noexcept {
+bool enumerate(CUfunction f, bool as_kernel, ParamWord* words, std::uint32_t max_params, std::uint32_t max_words,
+               std::uint32_t* count, std::uint32_t* params) noexcept {
+  std::uint32_t n_words = 0;
   for (std::uint32_t n = 0;; ++n) {
     size_t off = 0, size = 0;
     auto ask = [&] {
@@ -25,16 +29,27 @@ bool enumerate(CUfunction f, bool as_kernel, ParamWords* words, std::uint32_t ca
     CUresult r = ask();
     if (r == CUDA_ERROR_INVALID_VALUE) r = ask();
     if (r == CUDA_ERROR_INVALID_VALUE) {
-      *count = n;
+      *count = n_words;
+      *params = n;
       return true;
     }
-    // Past 4 GiB no buffer is (the driver takes 32 KiB of parameters).
-    if (r != CUDA_SUCCESS || n >= cap || off > UINT32_MAX || size > UINT32_MAX) return false;
-    words[n] = ParamWords::of(static_cast<std::uint32_t>(off), static_cast<std::uint32_t>(size));
+    if (r != CUDA_SUCCESS || n >= max_params || !append_param_words(n, off, size, words, max_words, &n_words))
+      return false;
   }
 }
 
 }  // namespace
+
+bool append_param_words(std::uint32_t index, std::uint64_t offset, std::uint64_t size, ParamWord* out,
+                        std::uint32_t cap, std::uint32_t* n) noexcept {
+  if (index > UINT16_MAX || size > UINT16_MAX || offset > UINT32_MAX) return false;
+  const std::uint64_t end = offset + size;
+  for (std::uint64_t w = (offset + 7) & ~std::uint64_t{7}; w + 8 <= end; w += 8) {
+    if (*n >= cap) return false;
+    out[(*n)++] = ParamWord{static_cast<std::uint16_t>(index), static_cast<std::uint16_t>(w - offset)};
+  }
+  return true;
+}
 
 ParamLayouts& ParamLayouts::process() noexcept {
   static ParamLayouts layouts;
@@ -47,17 +62,24 @@ bool ParamLayouts::driver_describes_parameters() noexcept {
          drv::resolve("cuFuncGetParamInfo") != nullptr;
 }
 
-bool ParamLayouts::query(CUfunction f, HandleKind kind, ParamWords* words, std::uint32_t* count) noexcept {
-  if (kind != HandleKind::Unknown) return enumerate(f, kind == HandleKind::Kernel, words, kMaxCount, count);
+bool ParamLayouts::query(CUfunction f, HandleKind kind, ParamWord* words, std::uint32_t* count) noexcept {
+  std::uint32_t params = 0;
+  auto ask = [&](bool as_kernel, std::uint32_t* n, std::uint32_t* p) {
+    return enumerate(f, as_kernel, words, kMaxCount, kMaxLayoutWords, n, p);
+  };
+  if (kind != HandleKind::Unknown) return ask(kind == HandleKind::Kernel, count, &params);
   // Nobody said what the handle is. A driver may answer "past the end" for
-  // a handle of the other kind, so an empty answer is not taken as final.
-  const bool as_function = enumerate(f, false, words, kMaxCount, count);
-  if (as_function && *count > 0) return true;
-  std::uint32_t n = 0;
-  if (enumerate(f, true, words, kMaxCount, &n) && (n > 0 || !as_function)) {
+  // a handle of the other kind, so an empty answer (no parameters) is not
+  // taken as final.
+  const bool as_function = ask(false, count, &params);
+  if (as_function && params > 0) return true;
+  const std::uint32_t function_words = *count;
+  std::uint32_t n = 0, kernel_params = 0;
+  if (ask(true, &n, &kernel_params) && (kernel_params > 0 || !as_function)) {
     *count = n;
     return true;
   }
+  *count = function_words;
   return as_function;
 }
 
@@ -97,7 +119,7 @@ ParamLayout ParamLayouts::get(CUfunction f) noexcept {
   if (!query(f, kind, tl_words, &count)) return ParamLayout{};
   if (s != nullptr) {
     const std::uint32_t first = used_.fetch_add(count, std::memory_order_relaxed);
-    if (first + count <= kMaxParams) {
+    if (first + count <= kMaxWords) {
       for (std::uint32_t i = 0; i < count; ++i) words_[first + i] = tl_words[i];
       s->layout.store(epoch << 32 | std::uint64_t{first} << 13 | count, std::memory_order_release);
       return ParamLayout{count, words_ + first, true};

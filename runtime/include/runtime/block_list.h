@@ -19,7 +19,7 @@ class BlockList {
  public:
   static constexpr int kInline = 256;
   void add(alloc::Block* b) noexcept {
-    if (!more_.empty() || n_ == kInline) return add_more(b);
+    if (n_ == kInline) return add_more(b);  // the inline items are full, or in more_
     // Searched for only where the filter says it may be in the list: a
     // launch naming 8 distinct blocks makes no search (28 comparisons).
     const std::uint64_t bit = filter_bit(b);
@@ -113,6 +113,8 @@ class BlockList {
   void add_more(alloc::Block* b) noexcept;
   void add_more_slot(CUdeviceptr at) noexcept;
   alloc::Block* items_[kInline];
+  // The inline items; kInline whenever more_ holds the list (it does once
+  // the inline items are full), so that an add asks one question.
   int n_ = 0;
   std::vector<alloc::Block*> more_;
   CUdeviceptr slots_[kInlineSlots];

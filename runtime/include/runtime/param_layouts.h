@@ -20,26 +20,25 @@
 
 namespace tierrt {
 
-// What a launch scans of each parameter: the 8-byte words aligned in the
-// driver's parameter buffer (where a kernel reads a pointer), as positions
-// in the parameter's own copy. Worked out once per layout, so that a launch
-// reads one entry per parameter rather than working each out again.
-struct ParamWords {
-  std::uint32_t span = 0;  // skip | count << 3
-  // Bytes into the parameter's copy where its first aligned word starts (0..7).
-  std::uint32_t skip() const noexcept { return span & 7; }
-  std::uint32_t count() const noexcept { return span >> 3; }
-  // A parameter at byte `offset` of the buffer, `size` bytes long.
-  static ParamWords of(std::uint32_t offset, std::uint32_t size) noexcept {
-    const std::uint64_t first = (std::uint64_t{offset} + 7) & ~std::uint64_t{7}, end = std::uint64_t{offset} + size;
-    const std::uint64_t words = end >= first + 8 ? (end - first) / 8 : 0;
-    return ParamWords{static_cast<std::uint32_t>(first - offset) | static_cast<std::uint32_t>(words << 3)};
-  }
+// One word a launch scans: an 8-byte word aligned in the driver's parameter
+// buffer (where a kernel reads a pointer), as the parameter whose copy holds
+// it and where in that copy it starts. A layout is kept as the list of its
+// words, worked out once, so that a launch walks one flat list rather than
+// working each parameter's words out again.
+struct ParamWord {
+  std::uint16_t param = 0;
+  std::uint16_t offset = 0;  // bytes into the parameter's copy
 };
 
+// Appends to out[*n..cap) the words of parameter `index`, at byte `offset`
+// of the buffer and `size` bytes long; false where they do not fit (or the
+// parameter is past what a word can say: index or size past 65535).
+bool append_param_words(std::uint32_t index, std::uint64_t offset, std::uint64_t size, ParamWord* out,
+                        std::uint32_t cap, std::uint32_t* n) noexcept;
+
 struct ParamLayout {
-  std::uint32_t count = 0;
-  const ParamWords* words = nullptr;  // count entries, one per parameter
+  std::uint32_t count = 0;           // words
+  const ParamWord* words = nullptr;  // count entries, in the buffer's order
   bool known = false;  // false: the driver would not say; the launch can't be scanned
 };
 
@@ -63,8 +62,11 @@ class ParamLayouts {
 
  private:
   static constexpr std::uint32_t kSlots = 1u << 14;
-  static constexpr std::uint32_t kMaxParams = 1u << 18;
-  static constexpr std::uint32_t kMaxCount = 4096;
+  static constexpr std::uint32_t kMaxWords = 1u << 18;  // of every layout kept
+  static constexpr std::uint32_t kMaxCount = 4096;       // parameters of one function
+  // Words of one function: its buffer is at most 32 KiB (4096 words); a
+  // layout the driver would give with more is taken as unknown.
+  static constexpr std::uint32_t kMaxLayoutWords = 4096;
   // layout: (epoch + 1) << 32 | first << 13 | count; 0 while not asked.
   struct Slot {
     std::atomic<std::uintptr_t> key{0};
@@ -72,10 +74,10 @@ class ParamLayouts {
     std::atomic<std::uint64_t> layout{0};
   };
   Slot* slot_of(std::uintptr_t key) noexcept;  // null: the table is full
-  static bool query(CUfunction f, HandleKind kind, ParamWords* words, std::uint32_t* count) noexcept;
+  static bool query(CUfunction f, HandleKind kind, ParamWord* words, std::uint32_t* count) noexcept;
 
   Slot slots_[kSlots];
-  ParamWords words_[kMaxParams];
+  ParamWord words_[kMaxWords];
   std::atomic<std::uint32_t> used_{0};
   std::atomic<std::uint32_t> epoch_{0};
 };
