@@ -1,5 +1,7 @@
 #include "runtime/param_layouts.h"
 
+#include <iterator>
+
 #include "driver/driver.h"
 
 namespace tierrt {
@@ -63,6 +65,7 @@ bool ParamLayouts::driver_describes_parameters() noexcept {
 }
 
 bool ParamLayouts::query(CUfunction f, HandleKind kind, ParamWord* words, std::uint32_t* count) noexcept {
+  static_assert(std::size(tl_words) >= kMaxLayoutWords, "a thread's scratch holds any layout kept");
   std::uint32_t params = 0;
   auto ask = [&](bool as_kernel, std::uint32_t* n, std::uint32_t* p) {
     return enumerate(f, as_kernel, words, kMaxCount, kMaxLayoutWords, n, p);
@@ -73,13 +76,13 @@ bool ParamLayouts::query(CUfunction f, HandleKind kind, ParamWord* words, std::u
   // taken as final.
   const bool as_function = ask(false, count, &params);
   if (as_function && params > 0) return true;
-  const std::uint32_t function_words = *count;
+  // A function without parameters has no words: the kernel's answer may
+  // take the scratch.
   std::uint32_t n = 0, kernel_params = 0;
   if (ask(true, &n, &kernel_params) && (kernel_params > 0 || !as_function)) {
     *count = n;
     return true;
   }
-  *count = function_words;
   return as_function;
 }
 

@@ -2,7 +2,7 @@
 # Instructions per hooked launch, by part of the launch path, counted by
 # valgrind's callgrind in launch_hook_bench: a figure the machine's speed
 # does not move. On a shared or virtual machine the time of the same launch
-# may double from one second to the next (another tenant on the core), so a
+# may double from one second to the next (whatever else the host runs), so a
 # change to the launch path that saves 5% shows here at once and in
 # `added_ns` only over many runs.
 #
