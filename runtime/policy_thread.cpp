@@ -20,7 +20,13 @@ namespace tierrt {
 PolicyThread::PolicyThread(alloc::Allocator& allocator, CUcontext ctx, std::uint64_t budget,
                            const policy::LinkModel& link, Recorder* recorder, bool acts)
     : allocator_(allocator), recorder_(recorder), ctx_(ctx), ring_(new Slot[kSlots]), acts_(acts) {
-  for (std::uint64_t i = 0; i < kSlots; ++i) ring_[i].turn.store(i, std::memory_order_relaxed);
+  // Launches are most of what is posted, and post_launch writes one in a
+  // slot that holds one already: the first lap round the ring would
+  // otherwise re-initialise each slot's message (12 words) as it goes.
+  for (std::uint64_t i = 0; i < kSlots; ++i) {
+    ring_[i].turn.store(i, std::memory_order_relaxed);
+    ring_[i].message.emplace<LaunchUses>();
+  }
   policy::PolicyEngine::Options o;
   o.budget = budget;
   o.link = link;
